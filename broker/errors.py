@@ -1,0 +1,185 @@
+"""One error hierarchy for the whole host side.
+
+Every error has a stable ``code`` (stored in run records and printed in JSON),
+a human message that names the problem and the fix, and typed fields such as
+the identity it concerns. Errors survive pickling because Celery moves them
+between processes.
+
+Scripts never run in the host process, so host errors are ordinary
+``Exception`` subclasses. The errors a *script* can see are defined again,
+by name, inside the sandbox runtime: ``CapabilityError`` there is catchable,
+and the host's safety stops arrive as a ``BaseException`` the script cannot
+swallow. ``SafetyStop`` marks the host errors that end a run that way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ReviseError(Exception):
+    """Root of every error Revise raises on purpose."""
+
+    code = "revise_error"
+
+    def __init__(self, message: str, **fields: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fields = fields
+
+    def __getattr__(self, name: str) -> Any:
+        fields = self.__dict__.get("fields", {})
+        if name in fields:
+            return fields[name]
+        raise AttributeError(name)
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.message, self.fields))
+
+    @property
+    def identity(self) -> str | None:
+        value = self.fields.get("identity")
+        return None if value is None else str(value)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "code": self.code, "message": self.message,
+                "identity": self.identity}
+
+
+def _rebuild(cls: type[ReviseError], message: str, fields: dict[str, Any]) -> ReviseError:
+    return cls(message, **fields)
+
+
+class ConfigError(ReviseError):
+    code = "config_error"
+
+
+class InputError(ReviseError):
+    """A user-supplied file or value is malformed (script bytes, args, envelope)."""
+
+    code = "input_error"
+
+
+# ---- checker and gate (pre-spend) ----------------------------------------------------------
+
+
+class CheckerError(ReviseError):
+    code = "checker_error"
+
+
+class CheckFailed(CheckerError):
+    code = "check_failed"
+
+
+class AnnotationError(CheckerError):
+    code = "annotation_error"
+
+
+class GateError(ReviseError):
+    code = "gate_error"
+
+
+class GateRejected(GateError):
+    code = "gate_rejected"
+
+
+class PrefixConflict(GateError):
+    code = "prefix_conflict"
+
+
+# ---- safety stops (end the run; a script can never catch them) ------------------------------
+
+
+class SafetyStop(ReviseError):
+    code = "safety_stop"
+
+
+class ReplayDivergence(SafetyStop):
+    code = "replay_divergence"
+
+
+class AttemptUnresolved(SafetyStop):
+    code = "attempt_unresolved"
+
+
+class AttemptInFlight(SafetyStop):
+    code = "attempt_in_flight"
+
+
+class SemanticRepeatDenied(SafetyStop):
+    code = "semantic_repeat_denied"
+
+
+class CapabilityDenied(SafetyStop):
+    code = "capability_denied"
+
+
+class BudgetExceeded(SafetyStop):
+    code = "budget_exceeded"
+
+
+class OrphanStop(SafetyStop):
+    code = "orphans_stop"
+
+
+class RpcViolation(SafetyStop):
+    code = "rpc_violation"
+
+
+class StoreUnavailable(SafetyStop):
+    code = "store_unavailable"
+
+
+class LedgerUnavailable(SafetyStop):
+    code = "ledger_unavailable"
+
+
+# ---- broker and providers ------------------------------------------------------------------
+
+
+class BrokerError(ReviseError):
+    code = "broker_error"
+
+
+class CapabilityError(BrokerError):
+    """A provider rejected or failed a call. Scripts may catch it by name."""
+
+    code = "capability_error"
+
+
+# ---- store ---------------------------------------------------------------------------------
+
+
+class StoreError(ReviseError):
+    code = "store_error"
+
+
+class SlotConflict(StoreError):
+    """A different record is already committed at this identity."""
+
+    code = "slot_conflict"
+
+
+class RunNotFound(StoreError):
+    code = "run_not_found"
+
+
+# ---- sandbox -------------------------------------------------------------------------------
+
+
+class SandboxError(ReviseError):
+    code = "sandbox_error"
+
+
+class SandboxTimeout(SandboxError):
+    code = "sandbox_timeout"
+
+
+class SandboxUnavailable(SandboxError):
+    code = "sandbox_unavailable"
+
+
+class ScriptError(SandboxError):
+    """The script raised (or returned something that is not JSON)."""
+
+    code = "script_error"

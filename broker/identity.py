@@ -1,0 +1,88 @@
+"""Call identity ι = (σ, π, ω) and canonical payload digests (pure, no I/O)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from broker.errors import InputError
+
+_IDENTITY_TEXT = re.compile(r"^(?P<site>[^@]+)@(?P<path>[0-9.]*):(?P<occ>[0-9]+)$")
+
+
+@dataclass(frozen=True, order=True)
+class Identity:
+    """A capability call's structural identity.
+
+    ``site`` is the callsite σ computed by the host on the normalized AST,
+    ``path`` the fanout path π (one branch index per fanout entered) and
+    ``occurrence`` the zero-based counter ω for the pair (σ, π).
+    """
+
+    site: str
+    path: tuple[int, ...]
+    occurrence: int
+
+    def __post_init__(self) -> None:
+        if not self.site or "@" in self.site:
+            raise ValueError(f"invalid site {self.site!r}")
+        if any((not isinstance(i, int)) or i < 0 for i in self.path):
+            raise ValueError(f"invalid fanout path {self.path!r}")
+        if not isinstance(self.occurrence, int) or self.occurrence < 0:
+            raise ValueError(f"invalid occurrence {self.occurrence!r}")
+
+    @property
+    def path_text(self) -> str:
+        return ".".join(str(i) for i in self.path)
+
+    def __str__(self) -> str:
+        return f"{self.site}@{self.path_text}:{self.occurrence}"
+
+    @classmethod
+    def parse(cls, text: str) -> Identity:
+        match = _IDENTITY_TEXT.match(text.strip())
+        if not match:
+            raise InputError(
+                f"{text!r} is not an identity; write SITE@PATH:OCCURRENCE, "
+                "for example 'orchestrate/#0@1.0:0' (copy it from `revise show`)"
+            )
+        path = tuple(int(p) for p in match["path"].split(".")) if match["path"] else ()
+        return cls(match["site"], path, int(match["occ"]))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"site": self.site, "path": list(self.path), "occurrence": self.occurrence}
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace; rejects NaN and non-JSON types."""
+    _reject_non_finite(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+def _reject_non_finite(value: Any) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError("payload contains NaN or infinity; use finite numbers")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise InputError(f"payload key {key!r} is not a string; JSON keys are strings")
+            _reject_non_finite(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _reject_non_finite(item)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+def payload_digest(payload: Any) -> str:
+    """H(canonical(p)): key order and whitespace never change it."""
+    return sha256_hex(canonical_json(payload))

@@ -1,0 +1,116 @@
+"""Frozen value objects the store reads and writes (no I/O here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from broker.identity import Identity
+
+
+class AttemptStatus(StrEnum):
+    PENDING = "pending"  # written before dispatch; owner is (or was) calling the provider
+    SUCCEEDED = "succeeded"  # provider answered and the slot is committed
+    FAILED = "failed"  # provider answered with an error; a later attempt may retry
+    UNRESOLVED = "unresolved"  # owner died before commit; needs an operator decision
+    ABANDONED = "abandoned"  # operator: the identity may execute once more
+    RESOLVED = "resolved"  # operator wrote back a known result
+
+
+OPEN_ATTEMPT_STATUSES = frozenset({AttemptStatus.PENDING, AttemptStatus.UNRESOLVED})
+
+
+class RunStatus(StrEnum):
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+    BLOCKED = "blocked"
+
+
+@dataclass(frozen=True)
+class SlotRecord:
+    """A committed call: r = (ι, c, H(p), v, u)."""
+
+    run_id: str
+    identity: Identity
+    capability: str
+    digest: str
+    fingerprint: str
+    result: Any
+    usage: dict[str, Any] = field(default_factory=dict)
+    cost: float = 0.0
+    revision: int = 0
+    committed_at: datetime | None = None
+
+    def same_call(self, capability: str, digest: str) -> bool:
+        return self.capability == capability and self.digest == digest
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    id: int
+    run_id: str
+    identity: Identity
+    capability: str
+    digest: str
+    revision: int
+    number: int
+    status: AttemptStatus
+    owner: str
+    created_at: datetime
+    heartbeat_at: datetime
+    idempotency_key: str | None = None
+    error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Outcome of an atomic attempt claim: either ours, or the open one in the way."""
+
+    attempt: AttemptRecord
+    claimed: bool
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    status: RunStatus
+    created_at: datetime
+    updated_at: datetime
+    revisions: int = 0
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class RevisionRecord:
+    run_id: str
+    revision: int
+    source_digest: str
+    source_text: str
+    status: str
+    created_at: datetime
+    summary: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CertificateRecord:
+    run_id: str
+    revision: int
+    digest: str
+    entries: list[dict[str, Any]]
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    id: int
+    run_id: str
+    kind: str
+    message: str
+    created_at: datetime
+    revision: int | None = None
+    identity: str | None = None
+    data: dict[str, Any] | None = None

@@ -1,0 +1,82 @@
+"""Settings from the environment (prefix ``REVISE_``); no module-level instance."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class SandboxKind(StrEnum):
+    DOCKER = "docker"
+    PROCESS = "process"
+    AUTO = "auto"
+
+
+class LedgerPolicy(StrEnum):
+    OFF = "off"
+    WARN = "warn"
+    DENY = "deny"
+    AUTO = "auto"
+
+
+class OrphanPolicy(StrEnum):
+    WARN = "warn"
+    STOP = "stop"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REVISE_", extra="ignore")
+
+    home: Path = Field(default=Path("./.revise"), description="state directory")
+    database_url: str | None = Field(
+        default=None, description="SQLAlchemy URL; default SQLite (WAL) under HOME")
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    celery_broker_url: str | None = None
+    celery_result_backend: str | None = None
+    sandbox: SandboxKind = SandboxKind.AUTO
+    sandbox_image: str = "revise-sandbox:latest"
+    ledger_policy: LedgerPolicy = LedgerPolicy.AUTO
+    ledger_backend: str = Field(default="sql", description="sql | redis")
+    orphan_policy: OrphanPolicy = OrphanPolicy.WARN
+    # Fail-closed switches: the permissive opt-outs are explicit operator decisions.
+    store_fail_closed: bool = True
+    ledger_fail_closed: bool = True
+    attempt_lease_seconds: float = Field(
+        default=120.0, description="a pending attempt older than this whose owner is gone "
+        "is unresolved")
+    provider: str = Field(default="local", description="local | http")
+    provider_base_url: str | None = None
+    provider_api_key: SecretStr | None = None
+    provider_timeout_seconds: float = 60.0
+    model_base_url: str | None = None
+    model_api_key: SecretStr | None = None
+    model_name: str | None = None
+
+    @property
+    def resolved_database_url(self) -> str:
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.home / 'revise.db').resolve()}"
+
+    @property
+    def resolved_broker_url(self) -> str:
+        return self.celery_broker_url or self.redis_url
+
+    @property
+    def resolved_result_backend(self) -> str:
+        return self.celery_result_backend or self.redis_url
+
+    @property
+    def provider_log_path(self) -> Path:
+        return self.home / "provider-log.jsonl"
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.home / "artifacts"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "runs"

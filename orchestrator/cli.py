@@ -1,0 +1,281 @@
+"""The ``revise`` command line (JSON with --json, tables otherwise)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from broker.envelope import Envelope, load_envelope
+from broker.errors import ConfigError, InputError, ReviseError
+from broker.identity import Identity
+from broker.records import AttemptStatus
+from broker.settings import Settings
+from orchestrator import render
+from orchestrator.certificate import verify
+from orchestrator.checker import check
+from orchestrator.gate import check_gate, frozen_sites
+from orchestrator.sites import assign_sites
+from orchestrator.source import decode_source
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the run, check or gate said no
+EXIT_USAGE = 2  # bad input: a file, an option, a setting
+
+app = typer.Typer(help="Revise: run model-written orchestration scripts and repair them "
+                       "without paying twice.", no_args_is_help=True,
+                  pretty_exceptions_enable=False, add_completion=False)
+sandbox_app = typer.Typer(help="Sandbox image management.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
+
+out = Console()
+err = Console(stderr=True)
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
+RunId = Annotated[str, typer.Option("--run-id", help="the run to create or repair")]
+
+
+def _emit(as_json: bool, data: Any, human: Callable[[Console], None]) -> None:
+    if as_json:
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    else:
+        human(out)
+
+
+def _read_script(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read script {path}: {exc.strerror}; pass an existing file")
+    except Exception as exc:  # pragma: no cover - e.g. a directory on some systems
+        raise InputError(f"cannot read script {path}: {exc}") from None
+
+
+def _read_args(path: Path | None) -> Any:
+    if path is None:
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read args file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise InputError(f"args file {path} is not JSON ({exc}); write a JSON object such "
+                         "as {\"shots\": [\"a\", \"b\"]}") from None
+
+
+def _services():
+    from orchestrator.embedded import open_services
+
+    return open_services(Settings())
+
+
+def _fail(exc: ReviseError, as_json: bool) -> None:
+    code = EXIT_USAGE if isinstance(exc, InputError | ConfigError) else EXIT_FAILED
+    if as_json:
+        sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2) + "\n")
+    else:
+        err.print(f"[bold red]error[/]: {render.escape(exc.message)}")
+    raise typer.Exit(code)
+
+
+def _guard(fn: Callable[..., None]) -> Callable[..., None]:
+    """Turn every ReviseError into a clear message and an exit code, never a traceback."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except ReviseError as exc:
+            _fail(exc, bool(kwargs.get("as_json")))
+    return wrapper
+
+
+@app.command("check")
+@_guard
+def check_cmd(script: Path, as_json: JsonFlag = False) -> None:
+    """Run the static checker (R00-R12) on SCRIPT; exit 0 when valid."""
+    report = check(decode_source(_read_script(script)).text)
+    _emit(as_json, report.to_json(), lambda c: render.check_report(c, report))
+    raise typer.Exit(EXIT_OK if report.valid else EXIT_FAILED)
+
+
+@app.command("sites")
+@_guard
+def sites_cmd(script: Path, as_json: JsonFlag = False) -> None:
+    """List the structural callsites of SCRIPT with capability and fingerprint."""
+    source = decode_source(_read_script(script))
+    try:
+        tree = ast.parse(source.text)
+    except SyntaxError as exc:
+        raise InputError(f"{script}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    sites = assign_sites(tree)
+    data = {"sites": [{"site": s.site, "capability": s.capability, "line": s.line,
+                       "fingerprint": s.fingerprint} for s in sites]}
+    _emit(as_json, data, lambda c: render.sites(c, sites))
+
+
+@app.command("gate")
+@_guard
+def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
+    """Check SCRIPT against the frozen prefix of run R (starts nothing)."""
+    source = decode_source(_read_script(script))
+    try:
+        tree = ast.parse(source.text)
+    except SyntaxError as exc:
+        raise InputError(f"{script}: syntax error at line {exc.lineno}: {exc.msg}") from None
+    services = _services()
+    try:
+        result = check_gate(frozen_sites(services.store.list_slots(run_id)), assign_sites(tree))
+    finally:
+        services.close()
+    _emit(as_json, result.to_json(), lambda c: render.gate(c, result))
+    raise typer.Exit(EXIT_OK if result.accepted else EXIT_FAILED)
+
+
+@app.command("run")
+@_guard
+def run_cmd(
+    script: Path, run_id: RunId,
+    args: Annotated[Path | None, typer.Option("--args", help="JSON file with the args")] = None,
+    envelope: Annotated[Path | None, typer.Option("--envelope", help="JSON/YAML envelope")
+                        ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run SCRIPT as run R: the first run, or a repair candidate replayed on R's prefix."""
+    source = _read_script(script)
+    run_args = _read_args(args)
+    env = load_envelope(envelope) if envelope else Envelope()
+    services = _services()
+    try:
+        pipeline = services.pipeline()
+        if not as_json and pipeline.runner.kind == "process":
+            err.print(f"[yellow]warning[/]: {pipeline.runner.isolation}")
+        report = pipeline.run(run_id, source, run_args, env)
+    finally:
+        services.close()
+    _emit(as_json, report, lambda c: render.run_report(c, report))
+    raise typer.Exit(EXIT_OK if report["status"] == "succeeded" else EXIT_FAILED)
+
+
+@app.command("runs")
+@_guard
+def runs_cmd(limit: int = 50, as_json: JsonFlag = False) -> None:
+    """List runs, newest first."""
+    services = _services()
+    try:
+        runs = services.store.list_runs(limit)
+    finally:
+        services.close()
+    data = {"runs": [{"run_id": r.run_id, "status": str(r.status), "revisions": r.revisions,
+                      "updated_at": r.updated_at.isoformat(), "detail": r.detail}
+                     for r in runs]}
+    _emit(as_json, data, lambda c: render.runs(c, runs))
+
+
+@app.command("show")
+@_guard
+def show_cmd(run_id: str, as_json: JsonFlag = False) -> None:
+    """Show a run: revisions, committed identities, attempts, spend and events."""
+    from orchestrator.inspect import describe_run
+
+    services = _services()
+    try:
+        data = describe_run(services.store, run_id)
+    finally:
+        services.close()
+    _emit(as_json, data, lambda c: render.show(c, data))
+
+
+@app.command("certificate")
+@_guard
+def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
+    """Recompute run R's certificate from the store and list differences."""
+    services = _services()
+    try:
+        persisted = services.store.latest_certificate(run_id)
+        if persisted is None:
+            raise InputError(f"run {run_id!r} has no certificate yet; run it first")
+        cert = verify(persisted.digest, persisted.entries, services.store.list_slots(run_id))
+    finally:
+        services.close()
+    data = {"run_id": run_id, "revision": persisted.revision,
+            "persisted_digest": persisted.digest, **cert.to_json()}
+    _emit(as_json, data, lambda c: render.certificate(c, data))
+    raise typer.Exit(EXIT_OK if not cert.differences else EXIT_FAILED)
+
+
+@app.command("orphans")
+@_guard
+def orphans_cmd(run_id: str, as_json: JsonFlag = False) -> None:
+    """Committed identities that a later revision did not invoke."""
+    services = _services()
+    try:
+        orphans = services.store.list_orphans(run_id)
+    finally:
+        services.close()
+    _emit(as_json, {"run_id": run_id, "orphans": orphans},
+          lambda c: render.orphans(c, run_id, orphans))
+
+
+@app.command("attempts")
+@_guard
+def attempts_cmd(
+    unresolved: Annotated[bool, typer.Option("--unresolved", help="only attempts that need "
+                                             "an operator")] = False,
+    run_id: Annotated[str | None, typer.Option("--run-id")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """List provider attempts (written before dispatch)."""
+    statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.PENDING}) if unresolved \
+        else None
+    services = _services()
+    try:
+        attempts = services.store.list_attempts(run_id, statuses)
+    finally:
+        services.close()
+    data = {"attempts": [render.attempt_json(a) for a in attempts]}
+    _emit(as_json, data, lambda c: render.attempts(c, attempts))
+
+
+@app.command("demo")
+@_guard
+def demo_cmd(as_json: JsonFlag = False) -> None:
+    """The four-shot story: fail, repair, replay; then a relocation the gate stops."""
+    from orchestrator.demo.run import run_demo
+
+    services = _services()
+    try:
+        summary = run_demo(services, out if not as_json else None)
+    finally:
+        services.close()
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+    raise typer.Exit(EXIT_OK if summary["ok"] else EXIT_FAILED)
+
+
+@sandbox_app.command("build")
+@_guard
+def sandbox_build_cmd(as_json: JsonFlag = False) -> None:
+    """Build (or confirm) the sandbox image; fast when it is current."""
+    from sandbox.image import ensure_image
+
+    info = ensure_image(Settings(), progress=None if as_json else err.print)
+    _emit(as_json, {"tag": info.tag, "image_id": info.image_id},
+          lambda c: c.print(f"sandbox image {info.tag} = {info.image_id}"))
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    app()
+
+
+if __name__ == "__main__":
+    main()

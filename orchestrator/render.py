@@ -1,0 +1,155 @@
+"""Human output for the CLI (rich tables). JSON output never passes through here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape as _escape
+from rich.table import Table
+
+from broker.records import AttemptRecord, RunRecord
+from orchestrator.checker import CheckReport
+from orchestrator.gate import GateResult
+from orchestrator.sites import Site
+
+_STATUS_STYLE = {"succeeded": "green", "failed": "red", "stopped": "yellow",
+                 "blocked": "magenta", "running": "cyan"}
+_OUTCOME_STYLE = {"executed": "cyan", "replayed": "green", "failed": "red",
+                  "diverged": "yellow", "denied": "magenta", "stopped": "yellow"}
+
+
+def escape(text: str) -> str:
+    return _escape(str(text))
+
+
+def _status(status: str) -> str:
+    return f"[{_STATUS_STYLE.get(status, 'white')}]{status}[/]"
+
+
+def check_report(c: Console, report: CheckReport) -> None:
+    if report.valid:
+        c.print(f"[green]valid[/]: {report.facts.get('capability_calls', 0)} capability "
+                "call(s)")
+    for v in report.violations:
+        c.print(f"[red]{v.rule}[/] line {v.line}: {escape(v.message)}")
+        c.print(f"    fix: {escape(v.hint)}")
+
+
+def sites(c: Console, items: list[Site]) -> None:
+    table = Table("site", "capability", "line", "fingerprint")
+    for s in items:
+        table.add_row(s.site, s.capability, str(s.line), s.fingerprint[:12])
+    c.print(table)
+
+
+def gate(c: Console, result: GateResult) -> None:
+    if result.accepted:
+        c.print(f"[green]accepted[/]: all {result.frozen} frozen site(s) kept")
+        return
+    c.print("[red]rejected[/] before any container starts:")
+    for ce in result.counterexamples:
+        c.print(f"  {ce.kind}: {escape(ce.describe())}")
+
+
+def run_report(c: Console, report: dict[str, Any]) -> None:
+    c.print(f"run [bold]{report['run_id']}[/] revision {report['revision']}: "
+            f"{_status(report['status'])}")
+    calls = report["calls"]
+    c.print(f"  provider calls {calls['executed']} (succeeded {calls['succeeded']}, failed "
+            f"{calls['failed']}), replayed {calls['replayed']}, denied {calls['denied']}")
+    if report.get("violations"):
+        for v in report["violations"]:
+            c.print(f"  [red]{v['rule']}[/] line {v['line']}: {escape(v['message'])}")
+            c.print(f"      fix: {escape(v['hint'])}")
+    for ce in report["gate"].get("counterexamples", []):
+        c.print(f"  gate: [red]{ce['kind']}[/] {ce['site']}")
+    if report["identities"]:
+        table = Table("identity", "capability", "outcome")
+        for ident in report["identities"]:
+            path = ".".join(map(str, ident["path"]))
+            style = _OUTCOME_STYLE.get(ident["outcome"], "white")
+            table.add_row(f"{ident['site']}@{path}:{ident['occurrence']}",
+                          ident["capability"], f"[{style}]{ident['outcome']}[/]")
+        c.print(table)
+    for orphan in report.get("orphans", []):
+        c.print(f"  orphan: {orphan['identity']}")
+    for warning in report.get("warnings", []):
+        c.print(f"  [yellow]warning[/]: {escape(warning)}")
+    if report["error"]:
+        c.print(f"  [red]{report['error']['type']}[/]: {escape(report['error']['message'])}")
+    if report.get("certificate"):
+        cert = report["certificate"]
+        c.print(f"  certificate {cert['digest'][:16]}… over {cert['entries']} entries, "
+                f"differences: {len(cert['differences'])}")
+
+
+def runs(c: Console, items: list[RunRecord]) -> None:
+    table = Table("run", "status", "revisions", "updated", "detail")
+    for r in items:
+        table.add_row(r.run_id, _status(str(r.status)), str(r.revisions),
+                      r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), escape(r.detail or ""))
+    c.print(table)
+
+
+def attempt_json(a: AttemptRecord) -> dict[str, Any]:
+    return {"id": a.id, "run_id": a.run_id, "identity": str(a.identity),
+            "capability": a.capability, "number": a.number, "status": str(a.status),
+            "owner": a.owner, "revision": a.revision, "created_at": a.created_at.isoformat(),
+            "heartbeat_at": a.heartbeat_at.isoformat(), "idempotency_key": a.idempotency_key,
+            "error": a.error}
+
+
+def attempts(c: Console, items: list[AttemptRecord]) -> None:
+    table = Table("id", "run", "identity", "capability", "#", "status", "owner")
+    for a in items:
+        table.add_row(str(a.id), a.run_id, str(a.identity), a.capability, str(a.number),
+                      _status(str(a.status)), a.owner)
+    c.print(table)
+
+
+def certificate(c: Console, data: dict[str, Any]) -> None:
+    ok = not data["differences"]
+    c.print(f"certificate of {data['run_id']} (revision {data['revision']}): "
+            f"{'[green]verified[/]' if ok else '[red]differs[/]'}, {data['entries']} entries, "
+            f"digest {data['digest']}")
+    for d in data["differences"]:
+        c.print(f"  {d['kind']}: {d['site']} path {d['path']} occurrence {d['occurrence']}")
+
+
+def orphans(c: Console, run_id: str, items: list[dict[str, Any]]) -> None:
+    if not items:
+        c.print(f"run {run_id}: no orphans")
+    for o in items:
+        c.print(f"revision {o.get('revision')}: {o.get('identity')} (policy {o.get('policy')})")
+
+
+def show(c: Console, data: dict[str, Any]) -> None:
+    run = data["run"]
+    c.print(f"run [bold]{run['run_id']}[/]: {_status(run['status'])}"
+            + (f" — {escape(run['detail'])}" if run.get("detail") else ""))
+    spend = data["spend"]
+    c.print(f"  spend: {spend['attempts']} provider attempts ({spend['succeeded']} succeeded), "
+            f"cost {spend['cost']:.4f}; replays saved {spend['replays']} call(s)")
+    table = Table("rev", "status", "source", "executed", "replayed", "failed", "denied")
+    for rev in data["revisions"]:
+        calls = rev.get("calls") or {}
+        table.add_row(str(rev["revision"]), _status(rev["status"]), rev["source_digest"][:12],
+                      *(str(calls.get(k, 0)) for k in ("executed", "replayed", "failed",
+                                                      "denied")))
+    c.print(table)
+    slots = Table("committed identity", "capability", "rev", "result")
+    for s in data["slots"]:
+        slots.add_row(s["identity"], s["capability"], str(s["revision"]),
+                      escape(s["result_summary"]))
+    c.print(slots)
+    if data["attempts_open"]:
+        c.print("[magenta]open attempts[/] (need `revise reconcile`):")
+        for a in data["attempts_open"]:
+            c.print(f"  #{a['id']} {a['identity']} {a['status']} owner {a['owner']}")
+    if data["events"]:
+        events = Table("time", "rev", "event", "identity", "message")
+        for e in data["events"][-20:]:
+            events.add_row(e["time"][11:19], str(e["revision"] or ""), e["kind"],
+                           e["identity"] or "", escape(e["message"][:100]))
+        c.print(events)
