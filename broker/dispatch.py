@@ -158,9 +158,9 @@ class Broker:
             return None
         assert slot is not None
         if decision is Decision.DIVERGE:
+            what = "capability" if slot.capability != request.capability else "payload"
             raise ReplayDivergence(
-                f"{request.identity} is committed with "
-                f"{'another capability' if slot.capability != request.capability else 'another payload'}"
+                f"{request.identity} is committed with another {what}"
                 " and cannot change; the run stops before any new effect. Keep the committed "
                 "payload, or add a new call for new work", identity=str(request.identity),
                 committed_digest=slot.digest, digest=digest)
@@ -263,14 +263,14 @@ class Broker:
                                   error=error, attempted=True, cost=capability.unit_price,
                                   warnings=warnings)
             except Exception as exc:
+                # We cannot tell whether the provider completed: fail closed, never retry.
                 log.exception("provider failed at %s in run %s", request.identity,
                               request.run_id)
-                error = {"type": "CapabilityError", "code": "provider_bug",
-                         "message": f"provider failed unexpectedly: {exc}",
-                         "identity": str(request.identity)}
-                self.store.fail_attempt(attempt.id, error)
-                return CallReport(request.identity, capability.name, Outcome.FAILED,
-                                  error=error, attempted=True, warnings=warnings)
+                self._mark_unresolved(attempt)
+                raise AttemptUnresolved(
+                    f"provider call at {request.identity} ended without an answer ({exc}); it "
+                    "may have completed. Resolve it with `revise reconcile`",
+                    identity=str(request.identity), attempt_id=attempt.id) from None
         slot = SlotRecord(run_id=request.run_id, identity=request.identity,
                           capability=capability.name, digest=digest,
                           fingerprint=request.fingerprint, result=answer.result,

@@ -15,7 +15,6 @@ from rich.console import Console
 
 from broker.envelope import Envelope, load_envelope
 from broker.errors import ConfigError, InputError, ReviseError
-from broker.identity import Identity
 from broker.records import AttemptStatus
 from broker.settings import Settings
 from orchestrator import render
@@ -53,9 +52,8 @@ def _read_script(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise InputError(f"cannot read script {path}: {exc.strerror}; pass an existing file")
-    except Exception as exc:  # pragma: no cover - e.g. a directory on some systems
-        raise InputError(f"cannot read script {path}: {exc}") from None
+        raise InputError(f"cannot read script {path}: {exc.strerror}; pass an existing "
+                         "file") from None
 
 
 def _read_args(path: Path | None) -> Any:

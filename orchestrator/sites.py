@@ -15,6 +15,7 @@ while wrapping a call in a new block or moving it into a helper changes it.
 from __future__ import annotations
 
 import ast
+import copy
 from dataclasses import dataclass
 
 from broker.identity import sha256_hex
@@ -52,19 +53,26 @@ def capability_of(call: ast.Call) -> str:
     return "<dynamic>"
 
 
+def _without_sites(node: ast.AST) -> ast.AST:
+    """A copy of ``node`` with every ``_site`` keyword removed, at any depth."""
+    clone = copy.deepcopy(node)
+    for sub in ast.walk(clone):
+        if isinstance(sub, ast.Call):
+            sub.keywords = [kw for kw in sub.keywords if kw.arg != SITE_KEYWORD]
+    return clone
+
+
 def fingerprint(call: ast.Call) -> str:
-    """Hash of the call's normalized argument AST, ``_site`` excluded.
+    """Hash of the call's normalized argument AST; host annotations excluded.
 
     ``ast.dump`` without attributes ignores positions, comments and formatting;
     any literal or expression edit inside the call changes it.
     """
-    parts = [ast.dump(arg, include_attributes=False) for arg in call.args]
-    parts += [
-        f"{kw.arg}={ast.dump(kw.value, include_attributes=False)}"
-        for kw in call.keywords
-        if kw.arg != SITE_KEYWORD
-    ]
-    return sha256_hex(ast.dump(call.func, include_attributes=False) + "(" + ",".join(parts) + ")")
+    bare = _without_sites(call)
+    assert isinstance(bare, ast.Call)
+    parts = [ast.dump(arg, include_attributes=False) for arg in bare.args]
+    parts += [f"{kw.arg}={ast.dump(kw.value, include_attributes=False)}" for kw in bare.keywords]
+    return sha256_hex(ast.dump(bare.func, include_attributes=False) + "(" + ",".join(parts) + ")")
 
 
 _BLOCK_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {

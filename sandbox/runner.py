@@ -110,6 +110,6 @@ class ProcessRunner:
                  str(job.rpc_dir)],
                 cwd=workdir.name, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, close_fds=True,
-                preexec_fn=lambda: _limit_child(job.limits),  # noqa: PLW1509
+                preexec_fn=lambda: _limit_child(job.limits),
             )
         return ProcessSandbox(proc, workdir, log_path)

@@ -1,0 +1,174 @@
+"""The run envelope: what a run may do, as frozen data.
+
+Grants, approvals, budget, concurrency and sandbox limits are policy; the
+broker and the sandbox runner enforce them. ``load_envelope`` reads JSON or
+YAML and turns every mistake into an ``InputError`` that names the file, the
+field and the fix.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from broker.catalog import CAPABILITY_NAMES, PRODUCTION_CAPABILITIES
+from broker.errors import InputError
+from broker.settings import LedgerPolicy, OrphanPolicy
+
+
+class _Policy(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Budget(_Policy):
+    """Limits on provider dispatch attempts and their summed unit price; None is unlimited."""
+
+    max_calls: int | None = Field(default=None, ge=0)
+    max_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+
+
+class SandboxLimits(_Policy):
+    memory_mb: int = Field(default=512, ge=16)
+    cpus: float = Field(default=1.0, gt=0, le=64)
+    pids: int = Field(default=128, ge=8)
+    tmpfs_mb: int = Field(default=64, ge=1)
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    output_bytes: int = Field(default=1_048_576, ge=1024)
+    args_bytes: int = Field(default=1_048_576, ge=1024)
+
+
+def _check_names(names: list[str], field: str) -> list[str]:
+    unknown = [name for name in names if name not in CAPABILITY_NAMES]
+    if unknown:
+        raise ValueError(
+            f"unknown capability {', '.join(map(repr, unknown))} in {field}; "
+            f"the catalog has: {', '.join(sorted(CAPABILITY_NAMES))}")
+    return list(dict.fromkeys(names))  # drop duplicates, keep the author's order
+
+
+class Envelope(_Policy):
+    grants: list[str] = Field(default_factory=lambda: sorted(PRODUCTION_CAPABILITIES))
+    approvals_required: list[str] = Field(default_factory=list)
+    approvals: list[str] = Field(default_factory=list)
+    budget: Budget = Field(default_factory=Budget)
+    concurrency: int = Field(default=4, ge=1, le=64)
+    call_timeout_seconds: float = Field(default=60.0, gt=0)
+    ledger_policy: LedgerPolicy | None = None
+    orphan_policy: OrphanPolicy | None = None
+    sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
+    dry_run: bool = False
+
+    @field_validator("grants", "approvals_required", "approvals")
+    @classmethod
+    def _known_capabilities(cls, names: list[str], info: Any) -> list[str]:
+        return _check_names(names, info.field_name)
+
+    def is_granted(self, capability: str) -> bool:
+        return capability in self.grants
+
+    def needs_approval(self, capability: str) -> bool:
+        """True when the capability requires an approval the envelope does not carry."""
+        return capability in self.approvals_required and capability not in self.approvals
+
+
+# ---- loading -------------------------------------------------------------------------------
+
+_FIX_BY_TYPE = {
+    "extra_forbidden": "remove it; allowed fields here are: {allowed}",
+    "missing": "add it",
+}
+
+
+def load_envelope(path: Path) -> Envelope:
+    """Read an envelope from JSON or YAML (chosen by extension, else JSON then YAML)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"envelope file {path} does not exist; pass an existing JSON or "
+                         "YAML file to --envelope", file=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read envelope file {path}: {exc}; pass a readable UTF-8 "
+                         "JSON or YAML file", file=str(path)) from None
+    data = _parse(path, text)
+    if data is None:
+        raise InputError(f"envelope file {path} is empty; write {{}} for the default envelope",
+                         file=str(path))
+    if not isinstance(data, dict):
+        raise InputError(f"envelope file {path} must hold an object (mapping) at the top level, "
+                         f"got {type(data).__name__}; write e.g. {{\"grants\": "
+                         "[\"image.generate\"]}", file=str(path))
+    try:
+        return Envelope.model_validate(data)
+    except ValidationError as exc:
+        raise _validation_error(path, exc) from None
+
+
+def _parse(path: Path, text: str) -> Any:
+    suffix = path.suffix.lower()
+    if suffix == ".json":
+        return _parse_json(path, text)
+    if suffix in (".yaml", ".yml"):
+        return _parse_yaml(path, text)
+    try:
+        return json.loads(text) if text.strip() else None
+    except ValueError:
+        return _parse_yaml(path, text)
+
+
+def _parse_json(path: Path, text: str) -> Any:
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"envelope file {path} is not valid JSON: {exc.msg} at line "
+                         f"{exc.lineno} column {exc.colno}; fix the syntax there",
+                         file=str(path), line=exc.lineno) from None
+
+
+def _parse_yaml(path: Path, text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "syntax error"
+        raise InputError(f"envelope file {path} is not valid YAML: {problem}{where}; fix the "
+                         "syntax there", file=str(path)) from None
+
+
+def _validation_error(path: Path, exc: ValidationError) -> InputError:
+    problems = []
+    for error in exc.errors()[:5]:
+        loc = error["loc"]
+        field = ".".join(str(part) for part in loc) or "(top level)"
+        message = error["msg"].removeprefix("Value error, ")
+        fix = _FIX_BY_TYPE.get(error["type"], "")
+        if fix:
+            fix = "; " + fix.format(allowed=", ".join(_model_at(loc[:-1]).model_fields))
+        elif "catalog" not in message:
+            fix = f"; got {error.get('input')!r}"
+        problems.append(f"field {field!r}: {message}{fix}")
+    more = len(exc.errors()) - len(problems)
+    tail = f" (and {more} more)" if more > 0 else ""
+    first = ".".join(str(part) for part in exc.errors()[0]["loc"])
+    return InputError(f"envelope file {path}: " + "; ".join(problems) + tail,
+                      file=str(path), field=first)
+
+
+def _model_at(loc: tuple[Any, ...]) -> type[BaseModel]:
+    """The model that owns the field at ``loc`` (for listing its allowed fields)."""
+    model: type[BaseModel] = Envelope
+    for part in loc:
+        annotation = model.model_fields.get(str(part))
+        target = annotation.annotation if annotation else None
+        if isinstance(target, type) and issubclass(target, BaseModel):
+            model = target
+        else:
+            break
+    return model

@@ -1,0 +1,31 @@
+"""Provider adapters: the only code that performs a capability's effect."""
+
+from broker.providers.base import (
+    CallContext,
+    Provider,
+    ProviderResult,
+    idempotency_key,
+    provider_error,
+)
+from broker.providers.dryrun import DryRunProvider
+from broker.providers.factory import RoutingProvider, build_provider
+from broker.providers.http import OpenAIChatProvider, OpenAIImagesProvider
+from broker.providers.local import SUPPORTED_SIZES, LocalProvider
+from broker.providers.log import LoggedProvider, ProviderLog
+
+__all__ = [
+    "SUPPORTED_SIZES",
+    "CallContext",
+    "DryRunProvider",
+    "LocalProvider",
+    "LoggedProvider",
+    "OpenAIChatProvider",
+    "OpenAIImagesProvider",
+    "Provider",
+    "ProviderLog",
+    "ProviderResult",
+    "RoutingProvider",
+    "build_provider",
+    "idempotency_key",
+    "provider_error",
+]

@@ -1,0 +1,65 @@
+"""The provider contract: one ``execute`` per real dispatch.
+
+A provider answers with a :class:`ProviderResult` or raises
+:class:`~broker.errors.CapabilityError` carrying provider-style fields
+(``status``, ``provider_code``, ``retryable``) so the broker can record the
+failure and the script can catch it by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from broker.catalog import Capability
+from broker.errors import CapabilityError
+from broker.identity import sha256_hex
+
+IDEMPOTENCY_PREFIX = "revise-"
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """Who is calling: the run, the call identity text, the provider idempotency key."""
+
+    run_id: str
+    identity: str
+    idempotency_key: str
+
+    @classmethod
+    def for_call(cls, run_id: str, identity: str) -> CallContext:
+        return cls(run_id=run_id, identity=identity,
+                   idempotency_key=idempotency_key(run_id, identity))
+
+
+@dataclass(frozen=True)
+class ProviderResult:
+    result: Any  # the JSON value handed to the script
+    usage: dict[str, Any] = field(default_factory=dict)
+    cost: float = 0.0
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+
+    def execute(self, capability: Capability, payload: dict,
+                call: CallContext) -> ProviderResult: ...
+
+
+def idempotency_key(run_id: str, identity: str) -> str:
+    """Stable key for (run, identity): a retry of the same call reuses it.
+
+    Providers that honour ``Idempotency-Key`` then deduplicate a retry after a
+    timeout or a crash instead of charging twice.
+    """
+    return IDEMPOTENCY_PREFIX + sha256_hex(f"{run_id}\0{identity}")[:32]
+
+
+def provider_error(capability: Capability, call: CallContext, message: str, *,
+                   status: int | None, provider_code: str,
+                   retryable: bool = False, **extra: Any) -> CapabilityError:
+    """A CapabilityError with the fields every provider fills in (plus ``extra``)."""
+    return CapabilityError(message, capability=capability.name, status=status,
+                           provider_code=provider_code, retryable=retryable,
+                           identity=call.identity, **extra)

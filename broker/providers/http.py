@@ -1,0 +1,307 @@
+"""HTTP adapters for OpenAI-compatible image and chat APIs.
+
+Each request carries ``Idempotency-Key`` derived from (run, identity), so a
+retry of the same call after a timeout lets the provider deduplicate instead
+of charging twice. HTTP failures become ``CapabilityError`` with a stable
+``provider_code`` and a ``retryable`` flag. The API key lives only in the
+request header: it is redacted from every message this module builds.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from broker import png
+from broker.artifacts import ArtifactRef, ArtifactStore
+from broker.catalog import Capability
+from broker.errors import CapabilityError, ReviseError
+from broker.providers.base import CallContext, ProviderResult, provider_error
+
+_STATUS_CODES: dict[int, tuple[str, bool]] = {
+    400: ("invalid_parameter", False), 401: ("auth", False), 403: ("auth", False),
+    404: ("model_not_found", False), 408: ("timeout", True), 409: ("conflict", True),
+    422: ("invalid_parameter", False), 429: ("rate_limited", True),
+}
+_MAX_DETAIL = 300
+
+
+def _status_code(status: int) -> tuple[str, bool]:
+    if status in _STATUS_CODES:
+        return _STATUS_CODES[status]
+    if status >= 500:
+        return "provider_error", True
+    return "invalid_request", False
+
+
+class _OpenAIAdapter:
+    """Shared transport: auth header, idempotency key, error mapping, redaction."""
+
+    name = "http"
+
+    def __init__(self, *, base_url: str, api_key: SecretStr | str | None,
+                 artifacts: ArtifactStore, timeout: float = 60.0,
+                 client: httpx.Client | None = None,
+                 models: Mapping[str, str] | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \
+            else SecretStr(api_key)
+        self.artifacts = artifacts
+        self.timeout = timeout
+        self._client = client or httpx.Client(timeout=timeout)
+        self._owns_client = client is None
+        # Scripts name catalog models (local-image-1); an operator maps them to real ones.
+        self.models = dict(models or {})
+
+    def close(self) -> None:
+        if self._owns_client:
+            self._client.close()
+
+    def _model(self, name: str) -> str:
+        return self.models.get(name, name)
+
+    def _redact(self, text: str) -> str:
+        key = self._key.get_secret_value() if self._key else ""
+        if key:
+            text = text.replace(key, "[redacted]")
+        return text[:_MAX_DETAIL]
+
+    def _post(self, capability: Capability, call: CallContext, path: str,
+              body: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Idempotency-Key": call.idempotency_key, "Accept": "application/json"}
+        if self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
+        url = f"{self.base_url}{path}"
+        try:
+            response = self._client.post(url, json=body, headers=headers, timeout=self.timeout)
+        except httpx.TimeoutException:
+            raise provider_error(
+                capability, call,
+                f"{capability.name}: no answer from the provider within {self.timeout:g}s; "
+                "the provider may have completed the request (and charged for it); a retry "
+                "with the same Idempotency-Key lets it return that result instead",
+                status=None, provider_code="timeout", retryable=True) from None
+        except httpx.HTTPError as exc:
+            raise provider_error(
+                capability, call,
+                f"{capability.name}: could not reach the provider at {self.base_url} "
+                f"({type(exc).__name__}: {self._redact(str(exc))}); check the base URL",
+                status=None, provider_code="connection_error", retryable=True) from None
+        if response.status_code >= 400:
+            raise self._http_error(capability, call, response)
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):
+            raise _bad_response(capability, call, "the response body is not a JSON object")
+        return data
+
+    def _http_error(self, capability: Capability, call: CallContext,
+                    response: httpx.Response) -> CapabilityError:
+        code, retryable = _status_code(response.status_code)
+        detail, param = self._error_detail(response)
+        if code == "auth":
+            # Never echo anything that might contain the credential back to the script.
+            detail = "the provider rejected the API key; check REVISE_PROVIDER_API_KEY"
+        extra: dict[str, Any] = {"param": param} if param else {}
+        retry_after = response.headers.get("retry-after")
+        if retry_after:
+            extra["retry_after"] = retry_after
+        return provider_error(
+            capability, call,
+            f"{capability.name}: provider answered HTTP {response.status_code} ({code}): "
+            f"{detail}", status=response.status_code, provider_code=code,
+            retryable=retryable, **extra)
+
+    def _error_detail(self, response: httpx.Response) -> tuple[str, str | None]:
+        try:
+            error = response.json().get("error")
+        except (ValueError, AttributeError):
+            error = None
+        if isinstance(error, dict):
+            param = error.get("param")
+            return self._redact(str(error.get("message") or error)), (
+                str(param) if param else None)
+        return self._redact(response.text or response.reason_phrase), None
+
+
+def _bad_response(capability: Capability, call: CallContext, why: str) -> CapabilityError:
+    return provider_error(capability, call,
+                          f"{capability.name}: unusable provider response: {why}",
+                          status=None, provider_code="bad_response", retryable=True)
+
+
+def _media_type(data: bytes) -> str:
+    if data.startswith(png.PNG_SIGNATURE):
+        return png.MEDIA_TYPE
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return "application/octet-stream"
+
+
+class OpenAIImagesProvider(_OpenAIAdapter):
+    """``POST {base_url}/images/generations`` with ``response_format=b64_json``."""
+
+    def execute(self, capability: Capability, payload: dict,
+                call: CallContext) -> ProviderResult:
+        prompt = payload.get("prompt", "")
+        style = payload.get("style")
+        size = payload.get("size", "1024x1024")
+        model = payload.get("model", "local-image-1")
+        body = {"model": self._model(model),
+                "prompt": f"{prompt}\nStyle: {style}" if style else prompt,
+                "size": size, "n": 1, "response_format": "b64_json"}
+        data = self._post(capability, call, "/images/generations", body)
+        ref = self._store_image(capability, call, data)
+        width, height = self._dimensions(ref, size)
+        result = {"artifact": ref.to_json(), "width": width, "height": height, "size": size,
+                  "model": model, "seed": payload.get("seed"), "prompt": prompt}
+        usage = {"images": 1, **(data.get("usage") or {})}
+        return ProviderResult(result=result, usage=usage, cost=capability.unit_price)
+
+    def _store_image(self, capability: Capability, call: CallContext,
+                     data: dict[str, Any]) -> ArtifactRef:
+        try:
+            encoded = data["data"][0]["b64_json"]
+            image = base64.b64decode(encoded, validate=True)
+        except (KeyError, IndexError, TypeError, binascii.Error):
+            raise _bad_response(capability, call, "expected data[0].b64_json with base64 "
+                                "image bytes") from None
+        return self.artifacts.put(image, _media_type(image))
+
+    def _dimensions(self, ref: ArtifactRef, size: str) -> tuple[int | None, int | None]:
+        if ref.media_type == png.MEDIA_TYPE:
+            return png.decode_size(self.artifacts.get(ref))
+        try:
+            width, height = (int(side) for side in size.split("x"))
+        except ValueError:
+            return None, None
+        return width, height
+
+
+# ---- chat: prompts and reply parsing per capability ------------------------------------------
+
+def _storyboard_messages(payload: dict) -> list[dict[str, Any]]:
+    shots = payload.get("shots", 4)
+    system = ("You plan storyboards. Reply with only a JSON object "
+              f'{{"shots": [...]}} holding exactly {shots} short shot descriptions.')
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": f"Brief: {payload.get('brief', '')}"}]
+
+
+def _parse_storyboard(reply: str, payload: dict) -> dict[str, Any] | None:
+    parsed = _json_object(reply)
+    shots = parsed.get("shots") if parsed else None
+    if not isinstance(shots, list):
+        shots = [re.sub(r"^\s*(?:[-*]|\d+[.)])\s*", "", line).strip()
+                 for line in reply.splitlines()]
+    shots = [str(shot).strip() for shot in shots if str(shot).strip()]
+    return {"shots": shots[: payload.get("shots", 4)]} if shots else None
+
+
+def _review_messages(payload: dict, image_url: str | None) -> list[dict[str, Any]]:
+    system = ('You review images. Reply with only a JSON object {"verdict": "pass" or "fail", '
+              '"score": a number from 0 to 1, "notes": one sentence}.')
+    text = f"Criteria: {payload.get('criteria', 'matches the prompt')}"
+    if image_url:
+        content: Any = [{"type": "text", "text": text},
+                        {"type": "image_url", "image_url": {"url": image_url}}]
+    else:
+        content = f"{text}\nImage: {json.dumps(payload.get('image'), sort_keys=True)}"
+    return [{"role": "system", "content": system}, {"role": "user", "content": content}]
+
+
+def _parse_review(reply: str, payload: dict) -> dict[str, Any] | None:
+    parsed = _json_object(reply) or {}
+    verdict = str(parsed.get("verdict", "")).lower()
+    if verdict not in ("pass", "fail"):
+        words = re.findall(r"\b(pass|fail)\b", reply.lower())
+        if not words:
+            return None
+        verdict = words[0]
+    try:
+        score = min(1.0, max(0.0, float(parsed.get("score", 1.0 if verdict == "pass" else 0.0))))
+    except (TypeError, ValueError):
+        score = 1.0 if verdict == "pass" else 0.0
+    return {"verdict": verdict, "score": score, "notes": str(parsed.get("notes") or reply)}
+
+
+def _text_messages(payload: dict) -> list[dict[str, Any]]:
+    messages = [{"role": "system", "content": payload["system"]}] if payload.get("system") \
+        else []
+    return [*messages, {"role": "user", "content": payload.get("prompt", "")}]
+
+
+def _json_object(reply: str) -> dict[str, Any] | None:
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", reply.strip())
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        return None
+    try:
+        value = json.loads(text[start:end + 1])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+Shaper = Callable[[str, dict], dict[str, Any] | None]
+
+
+class OpenAIChatProvider(_OpenAIAdapter):
+    """``POST {base_url}/chat/completions`` for text, storyboard and review capabilities."""
+
+    def execute(self, capability: Capability, payload: dict,
+                call: CallContext) -> ProviderResult:
+        shaper: Shaper
+        if capability.name == "text.generate":
+            messages, shaper = _text_messages(payload), (lambda reply, _p: {"text": reply})
+        elif capability.name == "storyboard.plan":
+            messages, shaper = _storyboard_messages(payload), _parse_storyboard
+        elif capability.name == "review.visual":
+            messages = _review_messages(payload, self._image_url(payload.get("image")))
+            shaper = _parse_review
+        else:
+            raise provider_error(capability, call, f"the chat adapter does not serve "
+                                 f"{capability.name}", status=400,
+                                 provider_code="unsupported_capability")
+        body: dict[str, Any] = {"model": self._model(payload.get("model", "local-text-1")),
+                                "messages": messages}
+        if "max_tokens" in payload:
+            body["max_tokens"] = payload["max_tokens"]
+        data = self._post(capability, call, "/chat/completions", body)
+        try:
+            reply = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise _bad_response(capability, call,
+                                "expected choices[0].message.content") from None
+        result = shaper(str(reply or ""), payload)
+        if result is None:
+            raise _bad_response(capability, call, f"could not read a {capability.name} "
+                                "result from the model's reply")
+        usage = data.get("usage") or {}
+        return ProviderResult(result=result, cost=capability.unit_price,
+                              usage={"prompt_tokens": usage.get("prompt_tokens", 0),
+                                     "completion_tokens": usage.get("completion_tokens", 0)})
+
+    def _image_url(self, image: Any) -> str | None:
+        """A data URL for an artifact reference we hold, so vision models see the pixels."""
+        ref = image.get("artifact", image) if isinstance(image, dict) else image
+        if not isinstance(ref, dict | str):
+            return None
+        try:
+            data = self.artifacts.get(ref)
+            media_type = ArtifactRef.from_json(ref).media_type if isinstance(ref, dict) \
+                else _media_type(data)
+        except ReviseError:
+            return None
+        return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"

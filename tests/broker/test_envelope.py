@@ -1,0 +1,120 @@
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from broker.catalog import PRODUCTION_CAPABILITIES
+from broker.envelope import Budget, Envelope, SandboxLimits, load_envelope
+from broker.errors import InputError
+from broker.settings import LedgerPolicy, OrphanPolicy
+
+
+def test_defaults():
+    env = Envelope()
+    assert set(env.grants) == PRODUCTION_CAPABILITIES
+    assert env.approvals_required == [] and env.approvals == []
+    assert env.budget == Budget(max_calls=None, max_cost=None)
+    assert env.concurrency == 4 and env.call_timeout_seconds == 60
+    assert env.ledger_policy is None and env.orphan_policy is None
+    assert env.sandbox == SandboxLimits()
+    assert env.sandbox.memory_mb == 512 and env.sandbox.output_bytes == 1_048_576
+    assert env.dry_run is False
+
+
+def test_frozen_and_extra_forbidden():
+    env = Envelope()
+    with pytest.raises(ValidationError):
+        env.concurrency = 8
+    with pytest.raises(ValidationError):
+        Envelope(grant=["image.generate"])
+    with pytest.raises(ValidationError):
+        Envelope(concurrency=0)
+    with pytest.raises(ValidationError):
+        Envelope(concurrency=65)
+
+
+def test_approval_helpers():
+    env = Envelope(approvals_required=["image.generate"], approvals=[])
+    assert env.needs_approval("image.generate") and not env.needs_approval("text.generate")
+    assert not Envelope(approvals_required=["image.generate"],
+                        approvals=["image.generate"]).needs_approval("image.generate")
+    assert env.is_granted("text.generate") and not env.is_granted("video.generate")
+
+
+def test_load_json(tmp_path):
+    path = tmp_path / "env.json"
+    path.write_text(json.dumps({"grants": ["image.generate", "video.generate"],
+                                "budget": {"max_calls": 5, "max_cost": 0.5},
+                                "ledger_policy": "deny", "orphan_policy": "stop",
+                                "sandbox": {"memory_mb": 256}, "dry_run": True}))
+    env = load_envelope(path)
+    assert env.grants == ["image.generate", "video.generate"]
+    assert env.budget.max_calls == 5 and env.budget.max_cost == 0.5
+    assert env.ledger_policy is LedgerPolicy.DENY and env.orphan_policy is OrphanPolicy.STOP
+    assert env.sandbox.memory_mb == 256 and env.sandbox.pids == 128
+    assert env.dry_run
+
+
+@pytest.mark.parametrize("name", ["env.yaml", "env.yml", "envelope"])
+def test_load_yaml(tmp_path, name):
+    path = tmp_path / name
+    path.write_text("grants:\n  - text.generate\nconcurrency: 2\nbudget:\n  max_cost: 1.5\n")
+    env = load_envelope(path)
+    assert env.grants == ["text.generate"] and env.concurrency == 2
+    assert env.budget.max_cost == 1.5
+
+
+def test_load_json_without_extension(tmp_path):
+    path = tmp_path / "envelope"
+    path.write_text('{"concurrency": 3}')
+    assert load_envelope(path).concurrency == 3
+
+
+def test_unknown_grant_names_the_catalog(tmp_path):
+    path = tmp_path / "env.yaml"
+    path.write_text("grants: [image.generate, video.gen]\n")
+    with pytest.raises(InputError) as caught:
+        load_envelope(path)
+    message = caught.value.message
+    assert str(path) in message and "'grants'" in message and "video.gen" in message
+    assert "catalog" in message and "image.generate" in message
+    assert caught.value.field == "grants"
+
+
+def test_unknown_field_names_file_field_and_fix(tmp_path):
+    path = tmp_path / "env.json"
+    path.write_text('{"budget": {"max_call": 3}}')
+    with pytest.raises(InputError) as caught:
+        load_envelope(path)
+    message = caught.value.message
+    assert str(path) in message and "budget.max_call" in message
+    assert "remove it" in message and "max_calls" in message
+
+
+def test_bad_value_names_the_field(tmp_path):
+    path = tmp_path / "env.json"
+    path.write_text('{"concurrency": 100, "sandbox": {"cpus": -1}}')
+    with pytest.raises(InputError) as caught:
+        load_envelope(path)
+    assert "'concurrency'" in caught.value.message and "sandbox.cpus" in caught.value.message
+    assert "Traceback" not in caught.value.message
+
+
+@pytest.mark.parametrize(("name", "text", "expected"), [
+    ("env.json", '{"grants": [', "not valid JSON"),
+    ("env.yaml", "grants: [unclosed\n", "not valid YAML"),
+    ("env.json", "", "is empty"),
+    ("env.yaml", "- a\n- b\n", "top level"),
+    ("env.json", '"just a string"', "top level"),
+])
+def test_syntax_and_shape_errors(tmp_path, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(InputError, match=expected) as caught:
+        load_envelope(path)
+    assert str(path) in caught.value.message
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(InputError, match="does not exist"):
+        load_envelope(tmp_path / "nope.json")

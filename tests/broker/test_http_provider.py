@@ -1,0 +1,265 @@
+"""HTTP adapters against a real OpenAI-compatible server on 127.0.0.1."""
+
+import json
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from broker import png
+from broker.artifacts import MemoryArtifactStore
+from broker.catalog import lookup
+from broker.errors import CapabilityError, ConfigError
+from broker.providers import (
+    CallContext,
+    OpenAIChatProvider,
+    OpenAIImagesProvider,
+    ProviderLog,
+    build_provider,
+    idempotency_key,
+)
+from broker.settings import Settings
+from tests.fakes import (
+    CHAT,
+    FAKE_API_KEY,
+    IMAGES,
+    FakeOpenAIServer,
+    Reply,
+    error,
+    invalid_size,
+    ok_chat,
+    ok_image,
+    slow,
+    unknown_model,
+)
+
+IMAGE = lookup("image.generate")
+
+
+def ctx(identity: str = "orchestrate/#0@:0", run_id: str = "run-h") -> CallContext:
+    return CallContext.for_call(run_id, identity)
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as running:
+        yield running
+
+
+@pytest.fixture
+def store() -> MemoryArtifactStore:
+    return MemoryArtifactStore()
+
+
+@pytest.fixture
+def images(server, store):
+    with httpx.Client() as client:
+        yield OpenAIImagesProvider(base_url=server.base_url,
+                                   api_key=SecretStr(FAKE_API_KEY), artifacts=store,
+                                   timeout=5.0, client=client)
+
+
+@pytest.fixture
+def chat(server, store):
+    with httpx.Client() as client:
+        yield OpenAIChatProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                 artifacts=store, timeout=5.0, client=client)
+
+
+def _error(call, *args) -> CapabilityError:
+    with pytest.raises(CapabilityError) as caught:
+        call(*args)
+    return caught.value
+
+
+def _assert_no_key(err: CapabilityError) -> None:
+    assert FAKE_API_KEY not in str(err)
+    assert FAKE_API_KEY not in json.dumps(err.fields, default=str)
+    assert FAKE_API_KEY not in repr(err.to_json())
+
+
+# ---- images ----------------------------------------------------------------------------------
+
+def test_image_ok_stores_decoded_png(server, images, store):
+    data = png.render(b"server image", 24, 16)
+    server.queue(IMAGES, ok_image(data))
+    out = images.execute(IMAGE, {"prompt": "fox", "size": "1536x1024"}, ctx())
+    assert store.get(out.result["artifact"]) == data
+    assert out.result["artifact"]["media_type"] == "image/png"
+    assert (out.result["width"], out.result["height"]) == (24, 16)
+    assert out.result["prompt"] == "fox" and out.result["size"] == "1536x1024"
+    assert out.cost == IMAGE.unit_price and out.usage["images"] == 1
+    (request,) = server.requests
+    assert request.path == IMAGES
+    assert request.body == {"model": "local-image-1", "prompt": "fox", "size": "1536x1024",
+                            "n": 1, "response_format": "b64_json"}
+    assert request.headers["authorization"] == f"Bearer {FAKE_API_KEY}"
+    assert request.headers["idempotency-key"] == idempotency_key("run-h", "orchestrate/#0@:0")
+    assert FAKE_API_KEY not in json.dumps(out.result)
+
+
+def test_idempotency_key_stable_across_retry_and_distinct_across_identities(
+        server, images):
+    server.queue(IMAGES, error(500))
+    with pytest.raises(CapabilityError) as caught:
+        images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:0"))
+    assert caught.value.retryable
+    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:0"))  # the retry of the same identity
+    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:1"))
+    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:0", run_id="other-run"))
+    keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
+    assert keys[0] == keys[1] == idempotency_key("run-h", "s@:0")
+    assert len({keys[1], keys[2], keys[3]}) == 3
+
+
+@pytest.mark.parametrize(("behaviour", "status", "code", "retryable"), [
+    (invalid_size(), 400, "invalid_parameter", False),
+    (error(401), 401, "auth", False),
+    (error(403, f"key {FAKE_API_KEY} lacks access"), 403, "auth", False),
+    (unknown_model(), 404, "model_not_found", False),
+    (error(429, "slow down", headers={"Retry-After": "2"}), 429, "rate_limited", True),
+    (error(500), 500, "provider_error", True),
+    (error(503), 503, "provider_error", True),
+], ids=["400", "401", "403", "404", "429", "500", "503"])
+def test_error_mapping(server, images, behaviour, status, code, retryable):
+    server.queue(IMAGES, behaviour)
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx("s@:2"))
+    assert (err.status, err.provider_code, err.retryable) == (status, code, retryable)
+    assert err.capability == "image.generate" and err.identity == "s@:2"
+    _assert_no_key(err)
+    if status == 429:
+        assert err.retry_after == "2"
+
+
+def test_server_side_validation_by_default(server, images):
+    err = _error(images.execute, IMAGE, {"prompt": "fox", "size": "999x999"}, ctx())
+    assert (err.status, err.provider_code, err.param) == (400, "invalid_parameter", "size")
+    assert "size" in err.message
+    err = _error(images.execute, IMAGE, {"prompt": "fox", "model": "missing-model"}, ctx())
+    assert err.provider_code == "model_not_found"
+
+
+def test_wrong_key_is_auth_error_without_the_key(server, store):
+    wrong = "sk-wrong-secret-value-123"
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=wrong,
+                                        artifacts=store, client=client)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code) == (401, "auth")
+    assert wrong not in str(err) and wrong not in json.dumps(err.fields, default=str)
+
+
+def test_timeout_is_retryable_and_warns_of_completion(server, store):
+    server.queue(IMAGES, slow(3.0))
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, timeout=0.3, client=client)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code, err.retryable) == (None, "timeout", True)
+    assert "may have completed" in err.message
+    _assert_no_key(err)
+
+
+def test_connection_refused_is_retryable(store):
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url="http://127.0.0.1:9/v1", api_key=FAKE_API_KEY,
+                                        artifacts=store, timeout=2.0, client=client)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "connection_error" and err.retryable
+    _assert_no_key(err)
+
+
+def test_garbage_image_response_is_bad_response(server, images):
+    server.queue(IMAGES, lambda request, server: Reply(200, {"data": [{"url": "x"}]}))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "bad_response"
+
+
+def test_model_alias_maps_catalog_names(server, store):
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, client=client,
+                                        models={"local-image-1": "gpt-image-1"})
+        provider.execute(IMAGE, {"prompt": "fox"}, ctx())
+    assert server.requests[0].body["model"] == "gpt-image-1"
+
+
+# ---- chat ------------------------------------------------------------------------------------
+
+def test_text_generate(server, chat):
+    server.queue(CHAT, ok_chat("Hello there.", prompt_tokens=3, completion_tokens=2))
+    out = chat.execute(lookup("text.generate"),
+                       {"prompt": "greet", "system": "be brief", "max_tokens": 10}, ctx())
+    assert out.result == {"text": "Hello there."}
+    assert out.usage == {"prompt_tokens": 3, "completion_tokens": 2}
+    (request,) = server.requests
+    assert request.path == CHAT
+    assert request.body["messages"] == [{"role": "system", "content": "be brief"},
+                                        {"role": "user", "content": "greet"}]
+    assert request.body["max_tokens"] == 10
+    assert request.headers["idempotency-key"] == ctx().idempotency_key
+
+
+def test_storyboard_plan_parses_json_and_lists(server, chat):
+    cap = lookup("storyboard.plan")
+    server.queue(CHAT, ok_chat('```json\n{"shots": ["wide", "close", "extra"]}\n```'),
+                      ok_chat("1. wide\n2) close\n- detail"))
+    out = chat.execute(cap, {"brief": "a lighthouse", "shots": 2}, ctx())
+    assert out.result == {"shots": ["wide", "close"]}
+    out = chat.execute(cap, {"brief": "a lighthouse", "shots": 3}, ctx())
+    assert out.result == {"shots": ["wide", "close", "detail"]}
+    assert "exactly 2" in server.requests[0].body["messages"][0]["content"]
+
+
+def test_review_visual_parses_verdict_and_sends_image(server, chat, store):
+    ref = store.put(png.render(b"img", 8), "image/png")
+    server.queue(CHAT, ok_chat('{"verdict": "fail", "score": 0.25, "notes": "blurry"}'),
+                      ok_chat("I would say this is a PASS overall"))
+    cap = lookup("review.visual")
+    out = chat.execute(cap, {"image": {"artifact": ref.to_json()}}, ctx())
+    assert out.result == {"verdict": "fail", "score": 0.25, "notes": "blurry"}
+    content = server.requests[0].body["messages"][1]["content"]
+    assert content[1]["image_url"]["url"].startswith("data:image/png;base64,")
+    out = chat.execute(cap, {"image": "not-an-artifact"}, ctx())
+    assert out.result["verdict"] == "pass"
+
+
+def test_unparseable_review_is_bad_response(server, chat):
+    server.queue(CHAT, ok_chat("no idea"))
+    err = _error(chat.execute, lookup("review.visual"), {"image": "x"}, ctx())
+    assert err.provider_code == "bad_response" and err.retryable
+
+
+def test_chat_errors_map_too(server, chat):
+    server.queue(CHAT, error(429))
+    err = _error(chat.execute, lookup("text.generate"), {"prompt": "p"}, ctx())
+    assert (err.status, err.provider_code, err.retryable) == (429, "rate_limited", True)
+
+
+# ---- factory in http mode ----------------------------------------------------------------------
+
+def test_build_provider_http_routes_and_logs_without_credentials(server, tmp_path):
+    settings = Settings(home=tmp_path, provider="http", provider_base_url=server.base_url,
+                        provider_api_key=FAKE_API_KEY, provider_timeout_seconds=5)
+    store = MemoryArtifactStore()
+    with httpx.Client() as client:
+        provider = build_provider(settings, store, client=client)
+        out = provider.execute(IMAGE, {"prompt": "fox"}, ctx("a@:0"))
+        provider.execute(lookup("text.generate"), {"prompt": "hi"}, ctx("b@:0"))
+        server.queue(IMAGES, error(403))
+        with pytest.raises(CapabilityError):
+            provider.execute(IMAGE, {"prompt": "fox"}, ctx("c@:0"))
+        dry = provider.execute(lookup("audio.generate"), {"text": "hi"}, ctx("d@:0"))
+    assert store.exists(out.result["artifact"]["id"]) and dry.result["dry_run"]
+    assert [r.path for r in server.requests] == [IMAGES, CHAT, IMAGES]
+    log_text = settings.provider_log_path.read_text()
+    assert FAKE_API_KEY not in log_text
+    entries = ProviderLog(settings.provider_log_path).read()
+    assert [(e["outcome"], e["provider"], e["error_code"]) for e in entries] == [
+        ("ok", "http", None), ("ok", "http", None), ("error", "http", "auth"),
+        ("ok", "dry-run", None)]
+
+
+def test_build_provider_http_needs_base_url(tmp_path):
+    with pytest.raises(ConfigError, match="REVISE_PROVIDER_BASE_URL"):
+        build_provider(Settings(home=tmp_path, provider="http"), MemoryArtifactStore())
