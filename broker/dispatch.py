@@ -28,6 +28,7 @@ from broker.errors import (
     SemanticRepeatDenied,
     SlotConflict,
     StoreUnavailable,
+    error_from_json,
 )
 from broker.identity import Identity, payload_digest
 from broker.ledger import Ledger, LedgerAction, ledger_action
@@ -59,6 +60,16 @@ class CallRequest:
     payload: Any
     fingerprint: str
 
+    def to_wire(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "revision": self.revision,
+                "identity": str(self.identity), "capability": self.capability,
+                "payload": self.payload, "fingerprint": self.fingerprint}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> CallRequest:
+        return cls(data["run_id"], int(data["revision"]), Identity.parse(data["identity"]),
+                   data["capability"], data["payload"], data["fingerprint"])
+
 
 @dataclass(frozen=True)
 class CallReport:
@@ -75,6 +86,25 @@ class CallReport:
     def to_json(self) -> dict[str, Any]:
         return {**self.identity.to_json(), "capability": self.capability,
                 "outcome": str(self.outcome)}
+
+    def to_wire(self) -> dict[str, Any]:
+        """JSON for a report that crosses processes (a Celery capability task's answer)."""
+        return {"identity": str(self.identity), "capability": self.capability,
+                "outcome": str(self.outcome), "result": self.result, "error": self.error,
+                "stop": None if self.stop is None else self.stop.to_json(),
+                "attempted": self.attempted, "cost": self.cost,
+                "warnings": list(self.warnings)}
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> CallReport:
+        stop = data.get("stop")
+        rebuilt = error_from_json(stop) if stop else None
+        return cls(Identity.parse(data["identity"]), data["capability"],
+                   Outcome(data["outcome"]), data.get("result"), data.get("error"),
+                   rebuilt if isinstance(rebuilt, SafetyStop) else None,
+                   bool(data.get("attempted")), float(data.get("cost") or 0.0),
+                   tuple(data.get("warnings") or ()))
+
 
 
 class Broker:

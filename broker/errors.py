@@ -183,3 +183,19 @@ class ScriptError(SandboxError):
     """The script raised (or returned something that is not JSON)."""
 
     code = "script_error"
+
+
+def error_class(name: str) -> type[ReviseError]:
+    """The ReviseError subclass called ``name`` (for errors that crossed a process)."""
+    stack: list[type[ReviseError]] = [ReviseError]
+    while stack:
+        cls = stack.pop()
+        if cls.__name__ == name:
+            return cls
+        stack.extend(cls.__subclasses__())
+    return ReviseError
+
+
+def error_from_json(data: dict[str, Any]) -> ReviseError:
+    fields = {k: v for k, v in data.items() if k not in {"type", "code", "message"}}
+    return error_class(str(data.get("type")))(str(data.get("message", "")), **fields)

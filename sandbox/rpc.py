@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -73,7 +73,7 @@ class RpcServer:
         self._expected: dict[tuple[str, tuple[int, ...]], int] = {}
         self._races_open: set[tuple[str, tuple[int, ...], int]] = set()
         self._seen: set[int] = set()
-        self._outstanding: dict[int, Future[None]] = {}
+        self._outstanding: set[int] = set()
         self._lock = threading.Lock()
         self.stop: ReviseError | None = None
         self.frames = 0
@@ -159,6 +159,7 @@ class RpcServer:
             body = {"stop": self.stop.to_json()}
         if "stop" in body and self.stop is None:
             self.stop = RpcViolation(body["stop"].get("message", "stopped"))
+        self._done(frame.seq)  # before the answer: the sandbox may send its next call at once
         self._respond(frame.seq, body)
 
     def _pending_requests(self) -> list[Path]:
@@ -177,14 +178,13 @@ class RpcServer:
             path.unlink(missing_ok=True)
             self._seen.add(frame.seq)
             self.frames += 1
-            future = pool.submit(self._handle, frame)
             with self._lock:
-                self._outstanding[frame.seq] = future
-            future.add_done_callback(lambda _f, s=frame.seq: self._done(s))
+                self._outstanding.add(frame.seq)
+            pool.submit(self._handle, frame)
 
     def _done(self, seq: int) -> None:
         with self._lock:
-            self._outstanding.pop(seq, None)
+            self._outstanding.discard(seq)
 
     def serve(self, sandbox: Sandbox, timeout: float) -> ServeResult:
         deadline = time.monotonic() + timeout
