@@ -15,6 +15,7 @@ from rich.console import Console
 
 from broker.envelope import Envelope, load_envelope
 from broker.errors import ConfigError, InputError, ReviseError
+from broker.identity import Identity
 from broker.records import AttemptStatus
 from broker.settings import Settings
 from orchestrator import render
@@ -243,6 +244,40 @@ def attempts_cmd(
     _emit(as_json, data, lambda c: render.attempts(c, attempts))
 
 
+@app.command("reconcile")
+@_guard
+def reconcile_cmd(
+    run_id: str,
+    identity: Annotated[str, typer.Argument(help="SITE@PATH:OCCURRENCE, as `revise show` "
+                                            "prints it")],
+    abandon: Annotated[bool, typer.Option("--abandon", help="let the identity execute once "
+                                          "more (may repeat an effect the provider did)")
+                       ] = False,
+    result: Annotated[Path | None, typer.Option("--result", help="JSON file with the known "
+                                                "result to commit")] = None,
+    operator: Annotated[str, typer.Option("--operator", help="who decides (recorded)")] = "",
+    reason: Annotated[str, typer.Option("--reason", help="why (recorded)")] = "",
+    as_json: JsonFlag = False,
+) -> None:
+    """Resolve an unresolved attempt: write back its known result, or abandon it."""
+    from orchestrator.reconcile import reconcile_attempt
+
+    if abandon == (result is not None):
+        raise InputError("pass exactly one of --abandon or --result FILE")
+    kwargs: dict[str, Any] = {}
+    if result is not None:
+        kwargs["result"] = _read_args(result)
+    services = _services()
+    try:
+        data = reconcile_attempt(services.store, run_id, Identity.parse(identity),
+                                 operator=operator, reason=reason, **kwargs)
+    finally:
+        services.close()
+    _emit(as_json, data, lambda c: c.print(
+        f"{data['decision']} attempt #{data['attempt_id']} at {data['identity']}; "
+        f"{data['open_attempts_left']} open attempt(s) left in {run_id}"))
+
+
 @app.command("demo")
 @_guard
 def demo_cmd(as_json: JsonFlag = False) -> None:
@@ -268,6 +303,16 @@ def sandbox_build_cmd(as_json: JsonFlag = False) -> None:
     info = ensure_image(Settings(), progress=None if as_json else err.print)
     _emit(as_json, {"tag": info.tag, "image_id": info.image_id},
           lambda c: c.print(f"sandbox image {info.tag} = {info.image_id}"))
+
+
+from orchestrator.submit_cli import register as register_submit  # noqa: E402
+
+register_submit(app)
+
+
+from orchestrator.repair_cli import register  # noqa: E402
+
+register(app)
 
 
 def main() -> None:

@@ -76,6 +76,30 @@ class _Calls:
         }
 
 
+@dataclass
+class Admitted:
+    """A candidate after the pre-spend half; ``prepared`` is None when it was refused."""
+
+    run_id: str
+    revision: int
+    source: Source
+    args_text: str
+    prepared: Prepared | None
+    report: dict[str, Any]
+
+
+def args_json(args: Any, envelope: Envelope) -> str:
+    """The canonical JSON of the run's args, within the envelope's size limit."""
+    try:
+        args_text = canonical_json(args)
+    except (InputError, TypeError, ValueError) as exc:
+        raise InputError(f"args are not a JSON value: {exc}") from None
+    if len(args_text.encode()) > envelope.sandbox.args_bytes:
+        raise InputError(f"args are {len(args_text)} bytes; the envelope allows "
+                         f"{envelope.sandbox.args_bytes}")
+    return args_text
+
+
 def empty_report(run_id: str) -> dict[str, Any]:
     return {
         "run_id": run_id, "revision": None, "status": "stopped", "result": None,
@@ -123,15 +147,21 @@ class Pipeline:
 
     def run(self, run_id: str, script: bytes | str, args: Any, envelope: Envelope
             ) -> dict[str, Any]:
+        admitted = self.admit(run_id, script, args, envelope)
+        if admitted.prepared is None:
+            return admitted.report
+        return self.execute(admitted, envelope)
+
+    def admit(self, run_id: str, script: bytes | str, args: Any, envelope: Envelope
+              ) -> Admitted:
+        """The pre-spend half: validate args, check, annotate, gate, number the revision.
+
+        A refused candidate is recorded and finished here, so it never needs a sandbox
+        (the Celery dispatcher stops at this point and hands accepted ones on).
+        """
         report = empty_report(run_id)
         source = decode_source(script)
-        try:
-            args_text = canonical_json(args)
-        except (InputError, TypeError, ValueError) as exc:
-            raise InputError(f"args are not a JSON value: {exc}") from None
-        if len(args_text.encode()) > envelope.sandbox.args_bytes:
-            raise InputError(f"args are {len(args_text)} bytes; the envelope allows "
-                             f"{envelope.sandbox.args_bytes}")
+        args_text = args_json(args, envelope)
         self.store.ensure_run(run_id)
         prepared = self.prepare(run_id, source, report)
         revision = self.store.add_revision(run_id, source.text, source.digest)
@@ -141,18 +171,30 @@ class Pipeline:
             self.store.add_event(run_id, kind, report["error"]["message"], revision=revision,
                                  data={"gate": report["gate"], "violations": report["violations"]})
             self.store.finish_revision(run_id, revision, "stopped", report)
-            return report
+        return Admitted(run_id, revision, source, args_text, prepared, report)
+
+    def execute(self, admitted: Admitted, envelope: Envelope, *, workdir: str | None = None
+                ) -> dict[str, Any]:
+        """The spending half: sandbox, runtime rule per call, certificate, finish.
+
+        ``workdir`` names the revision's working directory under ``runs_dir/run_id``
+        (default ``rev-N``); a redelivered Celery job uses a fresh one per delivery.
+        """
+        assert admitted.prepared is not None, "execute() needs an accepted candidate"
+        run_id, revision, report = admitted.run_id, admitted.revision, admitted.report
         self.store.set_run_status(run_id, RunStatus.RUNNING)
         calls = _Calls()
         broker = self.broker_for(envelope)
-        outcome, stop = self._execute(run_id, revision, prepared, args_text, envelope, broker,
-                                      calls, report)
-        self._finish(run_id, revision, prepared, envelope, calls, outcome, stop, report)
+        outcome, stop = self._execute(run_id, revision, admitted.prepared, admitted.args_text,
+                                      envelope, broker, calls, report,
+                                      workdir or f"rev-{revision}")
+        self._finish(run_id, revision, admitted.prepared, envelope, calls, outcome, stop, report)
         return report
 
     def _execute(self, run_id: str, revision: int, prepared: Prepared, args_text: str,
-                 envelope: Envelope, broker: Broker, calls: _Calls, report: dict[str, Any]):
-        workdir = self.runs_dir / run_id / f"rev-{revision}"
+                 envelope: Envelope, broker: Broker, calls: _Calls, report: dict[str, Any],
+                 workdir_name: str):
+        workdir = self.runs_dir / run_id / workdir_name
         job_dir, rpc_dir = workdir / "job", workdir / "rpc"
         shutil.rmtree(workdir, ignore_errors=True)
         job_dir.mkdir(parents=True)
@@ -164,7 +206,8 @@ class Pipeline:
         (job_dir / "args.json").write_text(args_text, encoding="utf-8")
         (job_dir / "config.json").write_text(json.dumps({
             "concurrency": envelope.concurrency, "frame_bytes": _FRAME_BYTES,
-            "output_bytes": limits.output_bytes, "log_lines": 200}))
+            "output_bytes": limits.output_bytes, "log_lines": 200,
+            "deadline_seconds": limits.timeout_seconds + 30}))
         (rpc_dir / "nonce").write_text(nonce)
         for path in (job_dir / "script.py", job_dir / "args.json", job_dir / "config.json",
                      rpc_dir / "nonce"):

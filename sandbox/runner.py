@@ -18,6 +18,7 @@ from broker.envelope import SandboxLimits
 
 RUNTIME_PATH = Path(__file__).with_name("runtime.py")
 _CLONE_NEWNET = 0x40000000
+_PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,8 @@ class Runner(Protocol):
 def _limit_child(limits: SandboxLimits) -> None:
     """Runs in the child between fork and exec: rlimits, own session, no network."""
     os.setsid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the script dies with its host
     memory = limits.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     cpu = int(limits.timeout_seconds) + 1
@@ -52,10 +55,7 @@ def _limit_child(limits: SandboxLimits) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes * 4, limits.output_bytes * 4))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    try:  # a private network namespace where the kernel lets us have one
-        ctypes.CDLL(None, use_errno=True).unshare(_CLONE_NEWNET)
-    except OSError:
-        pass
+    libc.unshare(_CLONE_NEWNET)  # a private network namespace where the kernel allows it
 
 
 class ProcessSandbox:

@@ -20,6 +20,7 @@ import contextvars
 import json
 import os
 import sys
+import threading
 import time
 
 _PATH = contextvars.ContextVar("revise_fanout_path", default=())
@@ -301,6 +302,13 @@ def _error_of(exc):
     return {"type": type(exc).__name__, "message": str(exc)[:2000], "line": line}
 
 
+def _start_watchdog(seconds):
+    """Exit on our own if the host is gone and nobody kills us (no orphan waits forever)."""
+    timer = threading.Timer(seconds, os._exit, args=(3,))
+    timer.daemon = True
+    timer.start()
+
+
 def main(job_dir, rpc_dir):
     with open(os.path.join(job_dir, "config.json"), encoding="utf-8") as fh:
         config = json.load(fh)
@@ -312,6 +320,7 @@ def main(job_dir, rpc_dir):
         source = fh.read()
     with open(os.path.join(job_dir, "args.json"), encoding="utf-8") as fh:
         args = json.load(fh)
+    _start_watchdog(float(config.get("deadline_seconds", 3600)))
     transport = _Transport(rpc_dir, nonce, int(config.get("frame_bytes", 1 << 20)))
     output_limit = int(config.get("output_bytes", 1 << 20))
     outcome = asyncio.run(_run(source, args, transport, config))

@@ -1,4 +1,12 @@
-"""`revise demo`: the four-shot story on the embedded default, end to end."""
+"""`revise demo`: the four-shot story on the embedded default, end to end.
+
+1. The model's script asks for four images in parallel; the fourth fails.
+2. The real repair loop asks a (recorded) model for a candidate: the first one
+   moves the committed call into a helper and the gate stops it before any
+   container starts; the counterexample goes back to the model, whose second
+   candidate fixes the size outside the call expression and is accepted.
+3. The accepted candidate runs on the same run id: 3 calls replayed, 1 executed.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +18,8 @@ from rich.console import Console
 
 from broker.envelope import Envelope
 from orchestrator import render
+from orchestrator.models import RecordedBackend, parse_jsonl
+from orchestrator.repair import RepairResult, repair_dynamic_source
 
 SHOTS = ["a lighthouse at dawn", "waves on black rocks", "a gull over the pier",
          "fog rolling over the harbour"]
@@ -19,42 +29,72 @@ def script(name: str) -> str:
     return files("orchestrator.demo").joinpath(f"{name}.script").read_text(encoding="utf-8")
 
 
+def recorded_model() -> RecordedBackend:
+    """The demo's model: two recorded repair answers (a relocation, then the size fix)."""
+    text = files("orchestrator.demo").joinpath("repair.jsonl").read_text(encoding="utf-8")
+    return RecordedBackend(parse_jsonl(text, "orchestrator/demo/repair.jsonl"),
+                           source="orchestrator/demo/repair.jsonl")
+
+
 def _say(console: Console | None, text: str) -> None:
     if console is not None:
         console.print(text)
 
 
+def _show_loop(console: Console | None, result: RepairResult) -> None:
+    for attempt in result.attempts:
+        if attempt.accepted:
+            _say(console, f"  candidate {attempt.attempt}: [green]accepted[/] by the checker, "
+                          "the gate and the call-count guard")
+            continue
+        _say(console, f"  candidate {attempt.attempt}: [red]refused[/] by "
+                      f"{', '.join(attempt.refused_by)} (no container started, nothing spent)")
+        for ce in attempt.counterexamples:
+            _say(console, f"    {ce.kind} {render.escape(ce.site)}: fed back to the model "
+                          "with its committed source line")
+
+
 def run_demo(services: Any, console: Console | None) -> dict[str, Any]:
-    """Run v1 (fails at shot 4), the repair (replays 3, executes 1), then a relocation."""
+    """Run v1 (fails at shot 4), repair it with the real loop, execute the accepted candidate."""
     pipeline = services.pipeline()
     run_id = f"demo-{secrets.token_hex(4)}"
     args = {"shots": SHOTS}
     envelope = Envelope()
     _say(console, f"[bold]Revise demo[/] on run [bold]{run_id}[/] ({pipeline.runner.kind} "
-                  "sandbox, local provider)\n")
+                  "sandbox, local provider, recorded model)\n")
     _say(console, "[bold]1.[/] The model's script asks for four images in parallel; the "
                   "fourth uses an unsupported size.")
     first = pipeline.run(run_id, script("scout_v1"), args, envelope)
     if console:
         render.run_report(console, first)
-    _say(console, "\n[bold]2.[/] The repair fixes the size list outside the call expression "
-                  "and runs on the same run id.")
-    repair = pipeline.run(run_id, script("scout_repaired"), args, envelope)
-    if console:
-        render.run_report(console, repair)
-    _say(console, "\n[bold]3.[/] Another candidate moves the committed call into a helper.")
-    moved = pipeline.run(run_id, script("scout_relocated"), args, envelope)
-    if console:
-        render.run_report(console, moved)
-    ours = first["calls"]["executed"] + repair["calls"]["executed"] + \
-        moved["calls"]["executed"]
+    _say(console, "\n[bold]2.[/] The repair loop asks the model for a candidate and judges "
+                  "it before anything runs.")
+    model = recorded_model()
+    loop = repair_dynamic_source(store=services.store, run_id=run_id, model=model,
+                                 max_attempts=3, args=args)
+    _show_loop(console, loop)
+    repair: dict[str, Any] | None = None
+    if loop.candidate is not None:
+        _say(console, "\n[bold]3.[/] The accepted candidate runs on the same run id.")
+        repair = pipeline.run(run_id, loop.candidate, args, envelope)
+        if console:
+            render.run_report(console, repair)
+    executed = first["calls"]["executed"] + (repair["calls"]["executed"] if repair else 0)
     rerun = first["calls"]["executed"] + len(SHOTS)
-    _say(console, f"\n[bold]Spend[/]: {ours} provider calls for the episode; a full rerun of "
-                  f"the repaired script would make {rerun}. The relocation was stopped before "
-                  "any container started and spent nothing.")
-    ok = (first["status"] == "failed" and repair["status"] == "succeeded"
-          and repair["calls"]["replayed"] == 3 and repair["calls"]["executed"] == 1
-          and moved["status"] == "stopped" and moved["calls"]["executed"] == 0)
+    gate_stops = sum(1 for a in loop.attempts if "gate" in a.refused_by)
+    _say(console, f"\n[bold]Spend[/]: {executed} provider calls for the episode; a full rerun "
+                  f"of the repaired script would make {rerun}. The gate stopped {gate_stops} "
+                  "candidate(s) before any container started; they spent nothing.")
+    fed_back = len(model.calls) > 1 and any(
+        ce.site in model.calls[1].messages[-1]["content"]
+        for ce in loop.attempts[0].counterexamples)
+    ok = (first["status"] == "failed" and loop.accepted and gate_stops >= 1 and fed_back
+          and repair is not None and repair["status"] == "succeeded"
+          and repair["calls"]["replayed"] == 3 and repair["calls"]["executed"] == 1)
     return {"ok": ok, "run_id": run_id, "sandbox": pipeline.runner.kind,
-            "provider_calls": ours, "full_rerun_calls": rerun,
-            "runs": {"first": first, "repair": repair, "relocation": moved}}
+            "provider_calls": executed, "full_rerun_calls": rerun,
+            "replayed": repair["calls"]["replayed"] if repair else 0,
+            "executed": repair["calls"]["executed"] if repair else 0,
+            "rewrites": loop.rewrites, "gate_stops": gate_stops,
+            "repair_loop": loop.to_json(),
+            "runs": {"first": first, "repair": repair}}

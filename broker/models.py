@@ -1,0 +1,187 @@
+"""The run store schema as SQLAlchemy models (one source of truth with Alembic).
+
+The same models run on SQLite (embedded mode) and PostgreSQL, so only portable
+types are used: ``sqlalchemy.JSON`` for structured values and ``UTCDateTime``
+for timestamps. Fanout paths are stored as canonical text ("0.3", "" for ()).
+Constraint names come from the naming convention so that the migration in
+``broker/migrations/versions`` can name them identically.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on every backend.
+
+    SQLite keeps no offset, so values are converted to UTC before they are
+    written and tagged as UTC when read back; PostgreSQL uses timestamptz.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}; the store only accepts aware datetimes")
+        value = value.astimezone(UTC)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            return value.replace(tzinfo=UTC)
+        return value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class Run(Base):
+    __tablename__ = "runs"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    status: Mapped[str] = mapped_column(String(20))
+    detail: Mapped[str | None] = mapped_column(Text)
+    revisions: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Revision(Base):
+    __tablename__ = "revisions"
+
+    # The composite primary key is the unique (run_id, revision) that makes
+    # revision numbering race-free: a second writer of the same number fails.
+    run_id: Mapped[str] = mapped_column(
+        String(200), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    source_text: Mapped[str] = mapped_column(Text)
+    source_digest: Mapped[str] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(20))
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Slot(Base):
+    """A committed call: the prefix only grows, one row per identity."""
+
+    __tablename__ = "slots"
+    __table_args__ = (
+        UniqueConstraint("run_id", "site", "path", "occurrence"),
+        Index(None, "run_id", "site", "path"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(200))
+    site: Mapped[str] = mapped_column(String(500))
+    path: Mapped[str] = mapped_column(String(200))
+    occurrence: Mapped[int] = mapped_column(Integer)
+    capability: Mapped[str] = mapped_column(String(200))
+    digest: Mapped[str] = mapped_column(String(128))
+    fingerprint: Mapped[str] = mapped_column(String(128))
+    result: Mapped[Any] = mapped_column(JSON)
+    usage: Mapped[dict[str, Any]] = mapped_column(JSON)
+    cost: Mapped[float] = mapped_column(Float)
+    revision: Mapped[int] = mapped_column(Integer)
+    committed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Attempt(Base):
+    """An attempt record, durable before the provider is called."""
+
+    __tablename__ = "attempts"
+    __table_args__ = (
+        UniqueConstraint("run_id", "site", "path", "occurrence", "number"),
+        Index(None, "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(200))
+    site: Mapped[str] = mapped_column(String(500))
+    path: Mapped[str] = mapped_column(String(200))
+    occurrence: Mapped[int] = mapped_column(Integer)
+    number: Mapped[int] = mapped_column(Integer)
+    capability: Mapped[str] = mapped_column(String(200))
+    digest: Mapped[str] = mapped_column(String(128))
+    revision: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20))
+    owner: Mapped[str] = mapped_column(String(200))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200))
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    resolved_by: Mapped[str | None] = mapped_column(String(200))
+    resolved_reason: Mapped[str | None] = mapped_column(Text)
+    resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Certificate(Base):
+    __tablename__ = "certificates"
+
+    run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    revision: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    digest: Mapped[str] = mapped_column(String(128))
+    entries: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Orphan(Base):
+    __tablename__ = "orphans"
+    # Unique so that saving a revision's orphans twice records them once.
+    __table_args__ = (UniqueConstraint("run_id", "revision", "identity"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(200))
+    revision: Mapped[int] = mapped_column(Integer)
+    identity: Mapped[str] = mapped_column(String(800))
+    policy: Mapped[str] = mapped_column(String(20))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Event(Base):
+    __tablename__ = "events"
+    __table_args__ = (Index(None, "run_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(200))
+    revision: Mapped[int | None] = mapped_column(Integer)
+    identity: Mapped[str | None] = mapped_column(String(800))
+    kind: Mapped[str] = mapped_column(String(50))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,518 @@
+"""``RunStore`` on SQLAlchemy Core: SQLite in embedded mode, PostgreSQL in a deployment.
+
+Idempotency lives in the database. Writers are ``*_txn(conn, ...)`` functions
+that run inside the caller's transaction; ``SqlStore`` opens one transaction
+per decision, retries the few writers whose race is settled by a unique key,
+and turns connectivity failures into ``StoreUnavailable`` (fail closed).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Table,
+    create_engine,
+    event,
+    func,
+    insert,
+    make_url,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, Row
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+
+from broker import models
+from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
+from broker.identity import Identity
+from broker.migrations import upgrade
+from broker.records import (
+    OPEN_ATTEMPT_STATUSES,
+    AttemptRecord,
+    AttemptStatus,
+    CertificateRecord,
+    Claim,
+    EventRecord,
+    RevisionRecord,
+    RunRecord,
+    RunStatus,
+    SlotRecord,
+)
+
+T = TypeVar("T")
+
+runs = cast(Table, models.Run.__table__)
+revisions = cast(Table, models.Revision.__table__)
+slots = cast(Table, models.Slot.__table__)
+attempts = cast(Table, models.Attempt.__table__)
+certificates = cast(Table, models.Certificate.__table__)
+orphans = cast(Table, models.Orphan.__table__)
+events = cast(Table, models.Event.__table__)
+
+_OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
+_SLOT_KEY = ["run_id", "site", "path", "occurrence"]
+
+
+# ---- rows <-> records (the edge) ------------------------------------------------------------
+
+
+def _path(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")) if text else ()
+
+
+def _identity(row: Row[Any]) -> Identity:
+    return Identity(row.site, _path(row.path), row.occurrence)
+
+
+def _slot_record(row: Row[Any]) -> SlotRecord:
+    return SlotRecord(run_id=row.run_id, identity=_identity(row), capability=row.capability,
+                      digest=row.digest, fingerprint=row.fingerprint, result=row.result,
+                      usage=row.usage or {}, cost=row.cost, revision=row.revision,
+                      committed_at=row.committed_at)
+
+
+def _attempt_record(row: Row[Any]) -> AttemptRecord:
+    return AttemptRecord(id=row.id, run_id=row.run_id, identity=_identity(row),
+                         capability=row.capability, digest=row.digest, revision=row.revision,
+                         number=row.number, status=AttemptStatus(row.status), owner=row.owner,
+                         created_at=row.created_at, heartbeat_at=row.heartbeat_at,
+                         idempotency_key=row.idempotency_key, error=row.error)
+
+
+def _run_record(row: Row[Any]) -> RunRecord:
+    return RunRecord(run_id=row.run_id, status=RunStatus(row.status), created_at=row.created_at,
+                     updated_at=row.updated_at, revisions=row.revisions, detail=row.detail)
+
+
+def _revision_record(row: Row[Any]) -> RevisionRecord:
+    return RevisionRecord(run_id=row.run_id, revision=row.revision,
+                          source_digest=row.source_digest, source_text=row.source_text,
+                          status=row.status, created_at=row.created_at, summary=row.summary)
+
+
+def _at(table: Table, run_id: str, identity: Identity) -> Any:
+    return ((table.c.run_id == run_id) & (table.c.site == identity.site)
+            & (table.c.path == identity.path_text) & (table.c.occurrence == identity.occurrence))
+
+
+def _upsert(conn: Connection, table: Table) -> Any:
+    """The dialect's INSERT, which knows ON CONFLICT."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    return dialect.insert(table)
+
+
+# ---- writers inside the caller's transaction ------------------------------------------------
+
+
+def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
+    now = models.utcnow()
+    conn.execute(_upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
+                                            revisions=0, created_at=now, updated_at=now)
+                 .on_conflict_do_nothing(index_elements=["run_id"]))
+    return _run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
+
+
+def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str) -> int:
+    now = models.utcnow()
+    # Touching the run first locks its row on PostgreSQL, which serializes
+    # numbering per run; the primary key (run_id, revision) is the backstop.
+    touched = conn.execute(update(runs).where(runs.c.run_id == run_id).values(updated_at=now))
+    if touched.rowcount == 0:
+        raise RunNotFound(f"run {run_id!r} does not exist; create it first", run_id=run_id)
+    latest = conn.execute(select(func.max(revisions.c.revision))
+                          .where(revisions.c.run_id == run_id)).scalar()
+    number = (latest or 0) + 1
+    conn.execute(insert(revisions).values(run_id=run_id, revision=number, source_text=source_text,
+                                          source_digest=source_digest, status="running",
+                                          summary=None, created_at=now))
+    conn.execute(update(runs).where(runs.c.run_id == run_id).values(revisions=number))
+    return number
+
+
+def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) -> SlotRecord:
+    """Insert the slot unless one exists; return the stored one and settle the attempt.
+
+    A stored slot for a different call marks the attempt failed (the caller
+    raises ``SlotConflict`` after the transaction commits).
+    """
+    ident = slot.identity
+    conn.execute(
+        _upsert(conn, slots).values(
+            run_id=slot.run_id, site=ident.site, path=ident.path_text,
+            occurrence=ident.occurrence, capability=slot.capability, digest=slot.digest,
+            fingerprint=slot.fingerprint, result=slot.result, usage=dict(slot.usage),
+            cost=float(slot.cost), revision=slot.revision,
+            committed_at=slot.committed_at or models.utcnow(),
+        ).on_conflict_do_nothing(index_elements=_SLOT_KEY)
+    )
+    stored = _slot_record(conn.execute(select(slots).where(_at(slots, slot.run_id, ident))).one())
+    if attempt_id is not None:
+        if stored.same_call(slot.capability, slot.digest):
+            values: dict[str, Any] = {"status": AttemptStatus.SUCCEEDED.value}
+        else:
+            values = {"status": AttemptStatus.FAILED.value,
+                      "error": {"code": SlotConflict.code, "message": _conflict_text(stored)}}
+        conn.execute(update(attempts).where(attempts.c.id == attempt_id,
+                                            attempts.c.status.in_(_OPEN)).values(**values))
+    return stored
+
+
+def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
+                      digest: str, revision: int, owner: str,
+                      idempotency_key: str | None) -> Claim:
+    """Return the open attempt in the way, or insert the next one (unique key decides races)."""
+    latest = conn.execute(select(attempts).where(_at(attempts, run_id, identity))
+                          .order_by(attempts.c.number.desc()).limit(1)).first()
+    if latest is not None and latest.status in _OPEN:
+        return Claim(attempt=_attempt_record(latest), claimed=False)
+    now = models.utcnow()
+    row = conn.execute(
+        insert(attempts).values(
+            run_id=run_id, site=identity.site, path=identity.path_text,
+            occurrence=identity.occurrence, number=0 if latest is None else latest.number + 1,
+            capability=capability, digest=digest, revision=revision,
+            status=AttemptStatus.PENDING.value, owner=owner, idempotency_key=idempotency_key,
+            error=None, created_at=now, heartbeat_at=now,
+        ).returning(*attempts.c)
+    ).one()
+    return Claim(attempt=_attempt_record(row), claimed=True)
+
+
+def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus, operator: str,
+                        reason: str, slot: SlotRecord | None) -> AttemptRecord:
+    if status not in (AttemptStatus.ABANDONED, AttemptStatus.RESOLVED,
+                      AttemptStatus.UNRESOLVED):
+        raise StoreError(f"an attempt is resolved as abandoned, resolved or unresolved, "
+                         f"not {status}")
+    if (status is AttemptStatus.RESOLVED) != (slot is not None):
+        raise StoreError("pass the known result slot exactly when resolving as 'resolved'")
+    # Unresolved is the detector's verdict on a pending attempt; the operator's
+    # decisions (abandoned, resolved) close a pending or unresolved one.
+    allowed = (AttemptStatus.PENDING.value,) if status is AttemptStatus.UNRESOLVED else _OPEN
+    row = conn.execute(
+        update(attempts).where(attempts.c.id == attempt_id, attempts.c.status.in_(allowed))
+        .values(status=status.value, resolved_by=operator, resolved_reason=reason,
+                resolved_at=models.utcnow()).returning(*attempts.c)
+    ).first()
+    if row is None:
+        current = conn.execute(select(attempts.c.status)
+                               .where(attempts.c.id == attempt_id)).scalar()
+        if current is None:
+            raise StoreError(f"attempt {attempt_id} does not exist", attempt_id=attempt_id)
+        raise StoreError(f"attempt {attempt_id} is {current}; only pending or unresolved "
+                         "attempts can be resolved", attempt_id=attempt_id, status=current)
+    record = _attempt_record(row)
+    if slot is not None:
+        if (slot.run_id, slot.identity) != (record.run_id, record.identity):
+            raise StoreError(f"slot {slot.identity} does not belong to attempt {attempt_id} "
+                             f"({record.identity})", identity=record.identity)
+        stored = commit_slot_txn(conn, slot, None)
+        if not stored.same_call(slot.capability, slot.digest):
+            raise SlotConflict(_conflict_text(stored), identity=slot.identity)
+    return record
+
+
+def _conflict_text(stored: SlotRecord) -> str:
+    return (f"{stored.identity} is already committed as {stored.capability} with digest "
+            f"{stored.digest[:12]}; a different call cannot be committed there")
+
+
+# ---- the store ------------------------------------------------------------------------------
+
+
+class SqlStore:
+    """The run store over one SQLAlchemy engine. Open it with ``SqlStore.open(url)``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._safe_url = engine.url.render_as_string(hide_password=True)
+
+    @classmethod
+    def open(cls, url: str, *, busy_timeout_ms: int = 30_000) -> SqlStore:
+        """Create the engine and bring the schema to head (safe from several processes)."""
+        parsed = make_url(url)
+        safe = parsed.render_as_string(hide_password=True)
+        try:
+            engine = _create_engine(parsed, busy_timeout_ms)
+        except OSError as exc:
+            raise StoreUnavailable(f"run store {safe} is unavailable: cannot create its "
+                                   f"directory ({exc}); check that the path is writable",
+                                   url=safe) from exc
+        store = cls(engine)
+        store._run("migrating the schema", lambda conn: upgrade(engine), transaction=False)
+        return store
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- plumbing --
+
+    def _run(self, action: str, fn: Callable[[Connection], T], *, write: bool = True,
+             race_retries: int = 0, transaction: bool = True) -> T:
+        """Run ``fn`` in one transaction; retry unique-key races; fail closed."""
+        for attempt in range(race_retries + 1):
+            try:
+                if not transaction:
+                    return fn(cast(Connection, None))
+                with self.engine.connect() as conn:
+                    conn.execution_options(revise_write=write)
+                    with conn.begin():
+                        return fn(conn)
+            except IntegrityError as exc:
+                if attempt >= race_retries:
+                    raise StoreError(f"{action} failed: {_reason(exc)}") from exc
+                time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
+            except (OperationalError, InterfaceError) as exc:
+                raise self._unavailable(action, exc) from exc
+            except DBAPIError as exc:
+                if exc.connection_invalidated:
+                    raise self._unavailable(action, exc) from exc
+                raise StoreError(f"{action} failed: {_reason(exc)}") from exc
+        raise AssertionError("unreachable")
+
+    def _unavailable(self, action: str, exc: Exception) -> StoreUnavailable:
+        if self.engine.dialect.name == "sqlite":
+            check = ("check that the file's directory exists and is writable and that no other "
+                     "process holds a long write lock")
+        else:
+            check = ("check that the database server is running and reachable at that host "
+                     "and port, and that the user and database exist")
+        return StoreUnavailable(f"run store {self._safe_url} is unavailable while {action} "
+                                f"({_reason(exc)}); {check}", url=self._safe_url)
+
+    # -- runs and revisions --
+
+    def ensure_run(self, run_id: str) -> RunRecord:
+        return self._run("creating a run", lambda c: ensure_run_txn(c, run_id))
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = self._run("reading a run", lambda c: c.execute(
+            select(runs).where(runs.c.run_id == run_id)).first(), write=False)
+        return None if row is None else _run_record(row)
+
+    def list_runs(self, limit: int = 50) -> list[RunRecord]:
+        rows = self._run("listing runs", lambda c: c.execute(
+            select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)).all(),
+            write=False)
+        return [_run_record(r) for r in rows]
+
+    def set_run_status(self, run_id: str, status: RunStatus, detail: str | None = None) -> None:
+        result = self._run("setting a run status", lambda c: c.execute(
+            update(runs).where(runs.c.run_id == run_id).values(
+                status=RunStatus(status).value, detail=detail, updated_at=models.utcnow())))
+        if result.rowcount == 0:
+            raise RunNotFound(f"run {run_id!r} does not exist", run_id=run_id)
+
+    def add_revision(self, run_id: str, source_text: str, source_digest: str) -> int:
+        return self._run("adding a revision", lambda c: add_revision_txn(
+            c, run_id, source_text, source_digest), race_retries=50)
+
+    def finish_revision(self, run_id: str, revision: int, status: str,
+                        summary: dict[str, Any]) -> None:
+        result = self._run("finishing a revision", lambda c: c.execute(
+            update(revisions).where(revisions.c.run_id == run_id,
+                                    revisions.c.revision == revision)
+            .values(status=str(status), summary=summary)))
+        if result.rowcount == 0:
+            raise RunNotFound(f"run {run_id!r} has no revision {revision}", run_id=run_id)
+
+    def get_revision(self, run_id: str, revision: int) -> RevisionRecord | None:
+        row = self._run("reading a revision", lambda c: c.execute(select(revisions).where(
+            revisions.c.run_id == run_id, revisions.c.revision == revision)).first(),
+            write=False)
+        return None if row is None else _revision_record(row)
+
+    def list_revisions(self, run_id: str) -> list[RevisionRecord]:
+        rows = self._run("listing revisions", lambda c: c.execute(select(revisions).where(
+            revisions.c.run_id == run_id).order_by(revisions.c.revision)).all(), write=False)
+        return [_revision_record(r) for r in rows]
+
+    # -- slots --
+
+    def get_slot(self, run_id: str, identity: Identity) -> SlotRecord | None:
+        row = self._run("reading a slot", lambda c: c.execute(
+            select(slots).where(_at(slots, run_id, identity))).first(), write=False)
+        return None if row is None else _slot_record(row)
+
+    def list_slots(self, run_id: str) -> list[SlotRecord]:
+        rows = self._run("listing slots", lambda c: c.execute(
+            select(slots).where(slots.c.run_id == run_id)
+            .order_by(slots.c.site, slots.c.path, slots.c.occurrence)).all(), write=False)
+        # Text paths sort "10" before "2"; the identity order compares path tuples.
+        return sorted((_slot_record(r) for r in rows), key=lambda s: s.identity)
+
+    def ledger_digests(self, run_id: str, site: str, path: tuple[int, ...],
+                       before_revision: int) -> set[str]:
+        path_text = ".".join(str(i) for i in path)
+        values = self._run("reading the occurrence ledger", lambda c: c.execute(
+            select(slots.c.digest).distinct().where(
+                slots.c.run_id == run_id, slots.c.site == site, slots.c.path == path_text,
+                slots.c.revision < before_revision)).scalars().all(), write=False)
+        return set(values)
+
+    # -- attempts --
+
+    def claim_attempt(self, run_id: str, identity: Identity, capability: str, digest: str,
+                      revision: int, owner: str, idempotency_key: str | None) -> Claim:
+        return self._run("claiming an attempt", lambda c: claim_attempt_txn(
+            c, run_id, identity, capability, digest, revision, owner, idempotency_key),
+            race_retries=10)
+
+    def commit(self, slot: SlotRecord, attempt_id: int | None) -> SlotRecord:
+        stored = self._run("committing a slot", lambda c: commit_slot_txn(c, slot, attempt_id))
+        if not stored.same_call(slot.capability, slot.digest):
+            raise SlotConflict(_conflict_text(stored), identity=slot.identity)
+        return stored
+
+    def fail_attempt(self, attempt_id: int, error: dict[str, Any]) -> None:
+        """Mark an open attempt failed; an attempt already settled keeps its status."""
+        self._settle(attempt_id, "failing an attempt",
+                     status=AttemptStatus.FAILED.value, error=error)
+
+    def heartbeat_attempt(self, attempt_id: int) -> None:
+        self._settle(attempt_id, "heartbeating an attempt", heartbeat_at=models.utcnow())
+
+    def _settle(self, attempt_id: int, action: str, **values: Any) -> None:
+        def txn(conn: Connection) -> bool:
+            statuses = [AttemptStatus.PENDING.value] if "heartbeat_at" in values else _OPEN
+            done = conn.execute(update(attempts).where(
+                attempts.c.id == attempt_id, attempts.c.status.in_(statuses)).values(**values))
+            return done.rowcount > 0 or conn.execute(
+                select(attempts.c.id).where(attempts.c.id == attempt_id)).first() is not None
+
+        if not self._run(action, txn):
+            raise StoreError(f"attempt {attempt_id} does not exist", attempt_id=attempt_id)
+
+    def list_attempts(self, run_id: str | None = None,
+                      statuses: frozenset[AttemptStatus] | None = None) -> list[AttemptRecord]:
+        query = select(attempts).order_by(attempts.c.id)
+        if run_id is not None:
+            query = query.where(attempts.c.run_id == run_id)
+        if statuses is not None:
+            query = query.where(attempts.c.status.in_([AttemptStatus(s).value
+                                                       for s in statuses]))
+        rows = self._run("listing attempts", lambda c: c.execute(query).all(), write=False)
+        return [_attempt_record(r) for r in rows]
+
+    def mark_unresolved(self, stale_before: datetime) -> list[AttemptRecord]:
+        """Pending attempts without a heartbeat since ``stale_before`` become unresolved.
+
+        One conditional UPDATE ... RETURNING: with concurrent callers each
+        attempt is returned by exactly one of them.
+        """
+        if stale_before.tzinfo is None:
+            raise ValueError("stale_before must be timezone-aware")
+        rows = self._run("marking stale attempts unresolved", lambda c: c.execute(
+            update(attempts).where(attempts.c.status == AttemptStatus.PENDING.value,
+                                   attempts.c.heartbeat_at < stale_before)
+            .values(status=AttemptStatus.UNRESOLVED.value).returning(*attempts.c)).all())
+        return sorted((_attempt_record(r) for r in rows), key=lambda a: a.id)
+
+    def resolve_attempt(self, attempt_id: int, status: AttemptStatus, *, operator: str,
+                        reason: str, slot: SlotRecord | None = None) -> AttemptRecord:
+        return self._run("resolving an attempt", lambda c: resolve_attempt_txn(
+            c, attempt_id, AttemptStatus(status), operator, reason, slot))
+
+    # -- audit --
+
+    def save_certificate(self, run_id: str, revision: int, digest: str,
+                         entries: list[dict[str, Any]]) -> None:
+        def txn(conn: Connection) -> None:
+            stmt = _upsert(conn, certificates).values(
+                run_id=run_id, revision=revision, digest=digest, entries=entries,
+                created_at=models.utcnow())
+            conn.execute(stmt.on_conflict_do_update(
+                index_elements=["run_id", "revision"],
+                set_={"digest": stmt.excluded.digest, "entries": stmt.excluded.entries,
+                      "created_at": stmt.excluded.created_at}))
+
+        self._run("saving a certificate", txn)
+
+    def latest_certificate(self, run_id: str) -> CertificateRecord | None:
+        row = self._run("reading a certificate", lambda c: c.execute(
+            select(certificates).where(certificates.c.run_id == run_id)
+            .order_by(certificates.c.revision.desc()).limit(1)).first(), write=False)
+        if row is None:
+            return None
+        return CertificateRecord(run_id=row.run_id, revision=row.revision, digest=row.digest,
+                                 entries=row.entries, created_at=row.created_at)
+
+    def save_orphans(self, run_id: str, revision: int, identities: list[Identity],
+                     policy: str) -> None:
+        if not identities:
+            return
+        now = models.utcnow()
+        values = [{"run_id": run_id, "revision": revision, "identity": str(i),
+                   "policy": str(policy), "created_at": now} for i in identities]
+        self._run("saving orphans", lambda c: c.execute(
+            _upsert(c, orphans).values(values).on_conflict_do_nothing(
+                index_elements=["run_id", "revision", "identity"])))
+
+    def list_orphans(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self._run("listing orphans", lambda c: c.execute(
+            select(orphans).where(orphans.c.run_id == run_id)
+            .order_by(orphans.c.revision, orphans.c.id)).all(), write=False)
+        return [{"run_id": r.run_id, "revision": r.revision, "identity": r.identity,
+                 "policy": r.policy, "created_at": r.created_at} for r in rows]
+
+    def add_event(self, run_id: str, kind: str, message: str, *, revision: int | None = None,
+                  identity: Identity | None = None, data: dict[str, Any] | None = None
+                  ) -> None:
+        self._run("adding an event", lambda c: c.execute(insert(events).values(
+            run_id=run_id, revision=revision, identity=None if identity is None else str(identity),
+            kind=kind, message=message, data=data, created_at=models.utcnow())))
+
+    def list_events(self, run_id: str) -> list[EventRecord]:
+        rows = self._run("listing events", lambda c: c.execute(
+            select(events).where(events.c.run_id == run_id).order_by(events.c.id)).all(),
+            write=False)
+        return [EventRecord(id=r.id, run_id=r.run_id, kind=r.kind, message=r.message,
+                            created_at=r.created_at, revision=r.revision, identity=r.identity,
+                            data=r.data) for r in rows]
+
+
+# ---- engine ---------------------------------------------------------------------------------
+
+
+def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:
+    if url.get_backend_name() != "sqlite":
+        connect_args = {"connect_timeout": 10} if url.get_backend_name() == "postgresql" else {}
+        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+    if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # We emit BEGIN ourselves (below); pysqlite's implicit transactions would
+        # start writers as DEFERRED, which can fail with SQLITE_BUSY without waiting.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock up front, so read-then-write decisions
+        # (claim, numbering) are serialized and busy waits honour busy_timeout.
+        write = conn.get_execution_options().get("revise_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _reason(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = str(orig).strip().splitlines()
+    return text[0] if text else type(orig).__name__

@@ -1,0 +1,115 @@
+"""Pull the script out of a model's answer (pure).
+
+Models wrap code in Markdown fences (```python, ```, ~~~), add prose before
+and after, show the old script next to the new one, think aloud in
+``<think>`` blocks, or answer with bare code. ``extract_script`` returns the
+one script the host should check: the fenced block that defines
+``orchestrate`` (the last such block: models show the fix after the
+original), else the best other block, else the code part of unfenced text.
+It never judges validity; the checker does that and tells the model why.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+_THINK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
+_OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
+_ENTRY = re.compile(r"^\s*async\s+def\s+orchestrate\s*\(", re.MULTILINE)
+_PYTHON_INFO = frozenset({"", "python", "python3", "py", "py3"})
+# Lines that start code in unfenced output (prose lines before them are dropped).
+_CODE_START = re.compile(
+    r"^(?:async\s+def\s|def\s|\"\"\"|'''|#|[A-Za-z_][A-Za-z0-9_]*\s*=|@)")
+_MAX_TRIM_LINES = 40
+
+
+@dataclass(frozen=True)
+class _Block:
+    info: str
+    text: str
+    closed: bool
+
+
+def _blocks(text: str) -> list[_Block]:
+    """Fenced blocks in CommonMark style: a fence closes on the same char, >= its length."""
+    blocks: list[_Block] = []
+    lines = text.split("\n")
+    index = 0
+    while index < len(lines):
+        opened = _OPEN.match(lines[index])
+        if opened is None:
+            index += 1
+            continue
+        fence = opened.group("fence")
+        info = opened.group("info").strip().split(" ")[0].lower()
+        body: list[str] = []
+        index += 1
+        closed = False
+        while index < len(lines):
+            stripped = lines[index].strip()
+            if stripped and set(stripped) == {fence[0]} and len(stripped) >= len(fence):
+                closed = True
+                index += 1
+                break
+            body.append(lines[index])
+            index += 1
+        blocks.append(_Block(info, "\n".join(body), closed))
+    return blocks
+
+
+def _choose(blocks: list[_Block]) -> _Block | None:
+    with_entry = [b for b in blocks if _ENTRY.search(b.text)]
+    if with_entry:
+        pythonish = [b for b in with_entry if b.info in _PYTHON_INFO]
+        return (pythonish or with_entry)[-1]
+    code = [b for b in blocks if b.info in _PYTHON_INFO and b.text.strip()]
+    if code:
+        return max(code, key=lambda b: len(b.text))
+    return None
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def _unfenced(text: str) -> str:
+    """Drop leading prose up to the first code line, then trailing prose while it breaks parsing."""
+    lines = text.split("\n")
+    start = next((i for i, line in enumerate(lines) if _ENTRY.match(line)), None)
+    first_code = next((i for i, line in enumerate(lines) if _CODE_START.match(line)), None)
+    if first_code is not None and (start is None or first_code <= start):
+        start = first_code
+    if start is None:
+        return text.strip()
+    kept = lines[start:]
+    candidate = "\n".join(kept).strip()
+    if _parses(candidate):
+        return candidate
+    # Trailing prose ("This fixes the size.") breaks parsing; drop it line by line.
+    for cut in range(1, min(len(kept), _MAX_TRIM_LINES) + 1):
+        shorter = "\n".join(kept[:-cut]).strip()
+        if shorter and _ENTRY.search(shorter) and _parses(shorter):
+            return shorter
+    return candidate  # let the checker report the syntax error with its line
+
+
+def extract_script(text: str) -> str:
+    """The script inside a model answer, with a trailing newline; '' when there is none."""
+    cleaned = _THINK.sub("", text.replace("\r\n", "\n")).strip("\n")
+    if not cleaned.strip():
+        return ""
+    chosen = _choose(_blocks(cleaned))
+    if chosen is not None:
+        script = chosen.text.strip("\n")
+    else:
+        # No usable fence (none, or fences around prose): read the text without fence lines.
+        bare = "\n".join(x for x in cleaned.split("\n") if _OPEN.match(x) is None
+                         and x.strip() not in {"```", "~~~"})
+        script = _unfenced(bare)
+    return script.rstrip() + "\n" if script.strip() else ""

@@ -1,0 +1,69 @@
+"""``revise submit``: ``revise run`` through the Celery deployment.
+
+With ``--wait`` it prints the same object as ``revise run`` and exits the same
+way; without it, the job id to follow in Flower or with ``revise show``.
+"""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+EXIT_TIMEOUT = 3  # --wait gave up; the job keeps running
+
+
+def register(app: typer.Typer) -> None:
+    # Imported here: orchestrator.cli imports this module at its end.
+    from broker.envelope import Envelope, load_envelope
+    from broker.settings import Settings
+    from orchestrator import render
+    from orchestrator.cli import (
+        EXIT_FAILED,
+        EXIT_OK,
+        JsonFlag,
+        RunId,
+        _emit,
+        _guard,
+        _read_args,
+        _read_script,
+        err,
+    )
+
+    @app.command("submit")
+    @_guard
+    def submit_cmd(
+        script: Path, run_id: RunId,
+        args: Annotated[Path | None, typer.Option("--args", help="JSON file with the args")
+                        ] = None,
+        envelope: Annotated[Path | None, typer.Option("--envelope", help="JSON/YAML envelope")
+                            ] = None,
+        wait: Annotated[bool, typer.Option("--wait", help="wait and print the run JSON")
+                        ] = False,
+        timeout: Annotated[float, typer.Option("--timeout", help="seconds --wait waits")
+                           ] = 900.0,
+        as_json: JsonFlag = False,
+    ) -> None:
+        """Queue SCRIPT as run R on the Celery deployment (same checks and result as run)."""
+        from orchestrator.client import Client
+
+        source = _read_script(script)
+        run_args = _read_args(args)
+        env = load_envelope(envelope) if envelope else Envelope()
+        client = Client(Settings())
+        try:
+            handle = client.submit(source, run_args, env, run_id)
+            if not wait:
+                data = {"job_id": handle.job_id, "run_id": run_id, "status": "queued"}
+                _emit(as_json, data, lambda c: c.print(
+                    f"queued job {handle.job_id} for run {run_id}; follow it with "
+                    f"`revise show {run_id}`"))
+                raise typer.Exit(EXIT_OK)
+            try:
+                report = handle.wait(timeout)
+            except TimeoutError as exc:
+                err.print(f"[yellow]timeout[/]: {render.escape(str(exc))}")
+                raise typer.Exit(EXIT_TIMEOUT) from None
+        finally:
+            client.close()
+        _emit(as_json, report, lambda c: render.run_report(c, report))
+        raise typer.Exit(EXIT_OK if report["status"] == "succeeded" else EXIT_FAILED)

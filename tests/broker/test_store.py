@@ -1,0 +1,338 @@
+"""Contract tests for ``SqlStore`` over SQLite and PostgreSQL (the ``store`` fixture)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import create_engine, make_url
+
+from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
+from broker.identity import Identity
+from broker.migrations import upgrade
+from broker.models import Base
+from broker.records import AttemptStatus, RunStatus, SlotRecord
+from broker.sqlstore import SqlStore
+
+RUN = "run-1"
+IDENT = Identity("orchestrate/#0", (0, 3), 0)
+
+
+def slot(identity: Identity = IDENT, *, digest: str = "d1", capability: str = "llm.text",
+         revision: int = 1, result: object = None) -> SlotRecord:
+    return SlotRecord(run_id=RUN, identity=identity, capability=capability, digest=digest,
+                      fingerprint="fp", result={"text": "hi"} if result is None else result,
+                      usage={"tokens": 3}, cost=0.5, revision=revision)
+
+
+def claim(store: SqlStore, identity: Identity = IDENT, owner: str = "w1"):
+    return store.claim_attempt(RUN, identity, "llm.text", "d1", 1, owner, None)
+
+
+def run_parallel(count: int, fn):
+    barrier = threading.Barrier(count)
+
+    def call(i):
+        barrier.wait()
+        return fn(i)
+
+    with ThreadPoolExecutor(count) as pool:
+        return list(pool.map(call, range(count)))
+
+
+# ---- runs and revisions ---------------------------------------------------------------------
+
+
+def test_runs_and_revision_numbering(store):
+    first = store.ensure_run(RUN)
+    again = store.ensure_run(RUN)
+    assert first == again and first.status is RunStatus.RUNNING
+    assert first.created_at.tzinfo is not None and first.created_at.utcoffset() == timedelta(0)
+    assert [store.add_revision(RUN, f"src {i}", f"h{i}") for i in range(3)] == [1, 2, 3]
+    store.finish_revision(RUN, 2, "succeeded", {"calls": 4})
+    rev = store.get_revision(RUN, 2)
+    assert (rev.source_text, rev.source_digest, rev.status, rev.summary) == (
+        "src 1", "h1", "succeeded", {"calls": 4})
+    assert store.get_revision(RUN, 1).summary is None
+    assert store.get_revision(RUN, 9) is None
+    assert [r.revision for r in store.list_revisions(RUN)] == [1, 2, 3]
+    store.set_run_status(RUN, RunStatus.BLOCKED, "attempt unresolved")
+    run = store.get_run(RUN)
+    assert (run.status, run.detail, run.revisions) == (RunStatus.BLOCKED, "attempt unresolved", 3)
+    assert store.get_run("nope") is None
+    assert [r.run_id for r in store.list_runs()] == [RUN]
+    with pytest.raises(RunNotFound):
+        store.set_run_status("nope", RunStatus.FAILED)
+    with pytest.raises(RunNotFound):
+        store.add_revision("nope", "src", "h")
+    with pytest.raises(RunNotFound):
+        store.finish_revision(RUN, 9, "failed", {})
+
+
+def test_concurrent_revisions_get_distinct_numbers(store):
+    store.ensure_run(RUN)
+    numbers = run_parallel(10, lambda i: store.add_revision(RUN, f"src {i}", f"h{i}"))
+    assert sorted(numbers) == list(range(1, 11))
+    assert store.get_run(RUN).revisions == 10
+
+
+# ---- slots ----------------------------------------------------------------------------------
+
+
+def test_commit_is_idempotent_and_conflicts_are_typed(store):
+    stored = store.commit(slot(), None)
+    assert stored.result == {"text": "hi"} and stored.usage == {"tokens": 3}
+    assert stored.committed_at.tzinfo is not None
+    again = store.commit(slot(result={"text": "other"}), None)
+    assert again == stored  # the first commit wins; the prefix only grows
+    with pytest.raises(SlotConflict) as info:
+        store.commit(slot(digest="d2"), None)
+    assert info.value.identity == str(IDENT)
+    with pytest.raises(SlotConflict):
+        store.commit(slot(capability="image.generate"), None)
+    assert store.get_slot(RUN, IDENT) == stored
+    assert store.get_slot(RUN, Identity("other/#0", (), 0)) is None
+
+
+def test_commit_settles_the_attempt(store):
+    won = claim(store).attempt
+    store.commit(slot(), won.id)
+    assert store.list_attempts(RUN)[0].status is AttemptStatus.SUCCEEDED
+    store.commit(slot(), won.id)  # a redelivered commit changes nothing
+    assert store.list_attempts(RUN)[0].status is AttemptStatus.SUCCEEDED
+
+    other = Identity("other/#0", (), 0)
+    store.commit(slot(other), None)
+    late = claim(store, other).attempt
+    with pytest.raises(SlotConflict):
+        store.commit(slot(other, digest="d2"), late.id)
+    failed = store.list_attempts(RUN, frozenset({AttemptStatus.FAILED}))
+    assert [a.id for a in failed] == [late.id]
+    assert failed[0].error["code"] == "slot_conflict"
+
+
+def test_list_slots_orders_by_identity(store):
+    idents = [Identity("b/#0", (), 0), Identity("a/#0", (10,), 0), Identity("a/#0", (2,), 1),
+              Identity("a/#0", (2,), 0)]
+    for ident in idents:
+        store.commit(slot(ident), None)
+    assert [s.identity for s in store.list_slots(RUN)] == sorted(idents)
+    assert Identity("a/#0", (), 0) < Identity("a/#0", (0,), 0)
+
+
+def test_ledger_digests_filter_by_revision(store):
+    path = (1,)
+    store.commit(slot(Identity("s/#0", path, 0), digest="r1", revision=1), None)
+    store.commit(slot(Identity("s/#0", path, 1), digest="r2", revision=2), None)
+    store.commit(slot(Identity("s/#0", (2,), 0), digest="other-path", revision=1), None)
+    store.commit(slot(Identity("t/#0", path, 0), digest="other-site", revision=1), None)
+    assert store.ledger_digests(RUN, "s/#0", path, 1) == set()
+    assert store.ledger_digests(RUN, "s/#0", path, 2) == {"r1"}
+    assert store.ledger_digests(RUN, "s/#0", path, 3) == {"r1", "r2"}
+    assert store.ledger_digests("other-run", "s/#0", path, 3) == set()
+
+
+# ---- attempts -------------------------------------------------------------------------------
+
+
+def test_claim_is_atomic_across_threads(store):
+    claims = run_parallel(10, lambda i: claim(store, owner=f"w{i}"))
+    assert sum(c.claimed for c in claims) == 1
+    assert len({c.attempt.id for c in claims}) == 1
+    assert len(store.list_attempts(RUN)) == 1
+
+
+def _claim_in_process(url: str, owner: str, barrier, results) -> None:
+    barrier.wait()  # open together: concurrent migrations must be safe
+    store = SqlStore.open(url)
+    try:
+        barrier.wait()
+        got = claim(store, owner=owner)
+        results.put((owner, got.claimed, got.attempt.id))
+    finally:
+        store.close()
+
+
+def test_claim_is_atomic_across_processes(store_url):
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_claim_in_process, args=(store_url, f"p{i}", barrier, results))
+             for i in range(2)]
+    for proc in procs:
+        proc.start()
+    outcomes = [results.get(timeout=120) for _ in procs]
+    for proc in procs:
+        proc.join(timeout=60)
+        assert proc.exitcode == 0
+    assert sorted(claimed for _, claimed, _ in outcomes) == [False, True]
+    assert len({attempt_id for *_, attempt_id in outcomes}) == 1
+
+
+def test_claim_is_durable_before_it_returns(store, store_url):
+    won = claim(store)
+    assert won.claimed and won.attempt.number == 0
+    assert won.attempt.status is AttemptStatus.PENDING
+    second = SqlStore.open(store_url)
+    try:
+        assert second.list_attempts(RUN) == [won.attempt]
+    finally:
+        second.close()
+
+
+def test_failed_attempt_can_be_claimed_again(store):
+    first = claim(store).attempt
+    blocked = claim(store, owner="w2")
+    assert not blocked.claimed and blocked.attempt == first
+    store.fail_attempt(first.id, {"code": "capability_error", "message": "boom"})
+    failed = store.list_attempts(RUN)[0]
+    assert failed.status is AttemptStatus.FAILED and failed.error["message"] == "boom"
+    retry = claim(store, owner="w2")
+    assert retry.claimed and retry.attempt.number == 1 and retry.attempt.owner == "w2"
+    with pytest.raises(StoreError):
+        store.fail_attempt(999_999, {})
+
+
+def test_heartbeat_and_mark_unresolved(store):
+    stale = claim(store, Identity("a/#0", (), 0)).attempt
+    cutoff = datetime.now(UTC) + timedelta(milliseconds=1)
+    fresh = claim(store, Identity("b/#0", (), 0)).attempt
+    store.heartbeat_attempt(fresh.id)
+    beat = next(a for a in store.list_attempts(RUN) if a.id == fresh.id)
+    assert beat.heartbeat_at >= cutoff
+    marked = store.mark_unresolved(cutoff)
+    assert [a.id for a in marked] == [stale.id]
+    assert marked[0].status is AttemptStatus.UNRESOLVED
+    assert store.mark_unresolved(cutoff) == []
+    assert not claim(store, Identity("a/#0", (), 0)).claimed  # fail closed until resolved
+    with pytest.raises(ValueError):
+        store.mark_unresolved(datetime.now())
+
+
+def test_mark_unresolved_returns_each_attempt_once(store):
+    ids = {claim(store, Identity(f"s{i}/#0", (), 0)).attempt.id for i in range(20)}
+    cutoff = datetime.now(UTC) + timedelta(seconds=1)
+    marked = run_parallel(2, lambda i: store.mark_unresolved(cutoff))
+    got = [a.id for batch in marked for a in batch]
+    assert sorted(got) == sorted(ids)
+    assert len(store.list_attempts(RUN, frozenset({AttemptStatus.UNRESOLVED}))) == 20
+
+
+def test_resolve_attempt_abandon_permits_one_retry(store):
+    first = claim(store).attempt
+    store.mark_unresolved(datetime.now(UTC) + timedelta(seconds=1))
+    done = store.resolve_attempt(first.id, AttemptStatus.ABANDONED, operator="ops",
+                                 reason="provider never saw it")
+    assert done.status is AttemptStatus.ABANDONED
+    retry = claim(store)
+    assert retry.claimed and retry.attempt.number == 1
+    with pytest.raises(StoreError, match="abandoned"):
+        store.resolve_attempt(first.id, AttemptStatus.ABANDONED, operator="ops", reason="again")
+    with pytest.raises(StoreError, match="does not exist"):
+        store.resolve_attempt(999_999, AttemptStatus.ABANDONED, operator="ops", reason="x")
+
+
+def test_resolve_attempt_writes_back_the_known_result(store):
+    first = claim(store).attempt
+    with pytest.raises(StoreError):
+        store.resolve_attempt(first.id, AttemptStatus.RESOLVED, operator="ops", reason="no slot")
+    done = store.resolve_attempt(first.id, AttemptStatus.RESOLVED, operator="ops",
+                                 reason="seen in provider log", slot=slot())
+    assert done.status is AttemptStatus.RESOLVED
+    assert store.get_slot(RUN, IDENT).result == {"text": "hi"}
+    with pytest.raises(StoreError, match="resolved"):
+        store.resolve_attempt(first.id, AttemptStatus.ABANDONED, operator="ops", reason="x")
+
+
+def test_resolve_with_conflicting_slot_changes_nothing(store):
+    store.commit(slot(), None)
+    attempt = claim(store).attempt
+    with pytest.raises(SlotConflict):
+        store.resolve_attempt(attempt.id, AttemptStatus.RESOLVED, operator="ops", reason="x",
+                              slot=slot(digest="d2"))
+    assert store.list_attempts(RUN)[0].status is AttemptStatus.PENDING
+
+
+# ---- audit ----------------------------------------------------------------------------------
+
+
+def test_certificates_orphans_and_events_round_trip(store):
+    assert store.latest_certificate(RUN) is None
+    store.save_certificate(RUN, 1, "c1", [{"identity": "a@:0", "h": "x"}])
+    store.save_certificate(RUN, 2, "c2", [])
+    store.save_certificate(RUN, 2, "c2b", [{"identity": "b@:0"}])
+    cert = store.latest_certificate(RUN)
+    assert (cert.revision, cert.digest, cert.entries) == (2, "c2b", [{"identity": "b@:0"}])
+    assert cert.created_at.tzinfo is not None
+
+    gone = [Identity("a/#0", (), 0), Identity("b/#0", (1,), 2)]
+    store.save_orphans(RUN, 2, gone, "warn")
+    store.save_orphans(RUN, 2, gone, "warn")  # idempotent
+    store.save_orphans(RUN, 3, [], "warn")
+    orphans = store.list_orphans(RUN)
+    assert [(o["revision"], o["identity"], o["policy"]) for o in orphans] == [
+        (2, "a/#0@:0", "warn"), (2, "b/#0@1:2", "warn")]
+
+    store.add_event(RUN, "revision_started", "go")
+    store.add_event(RUN, "replay", "hit", revision=2, identity=IDENT, data={"n": 1})
+    first, second = store.list_events(RUN)
+    assert (first.kind, first.revision, first.identity, first.data) == (
+        "revision_started", None, None, None)
+    assert (second.revision, second.identity, second.data) == (2, str(IDENT), {"n": 1})
+    assert first.id < second.id and second.created_at.tzinfo is not None
+
+
+# ---- failing closed -------------------------------------------------------------------------
+
+
+def test_unreachable_postgres_is_store_unavailable():
+    with pytest.raises(StoreUnavailable) as info:
+        SqlStore.open("postgresql+psycopg://revise:s3cret@127.0.0.1:1/revise")
+    message = str(info.value)
+    assert "127.0.0.1:1" in message and "s3cret" not in message
+    assert "check" in message and info.value.code == "store_unavailable"
+
+
+def test_unwritable_sqlite_path_is_store_unavailable(tmp_path):
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    with pytest.raises(StoreUnavailable, match="writable"):
+        SqlStore.open(f"sqlite:///{blocker / 'store' / 'revise.db'}")
+
+
+def test_locked_sqlite_is_store_unavailable(sqlite_url):
+    store = SqlStore.open(sqlite_url, busy_timeout_ms=100)
+    holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(StoreUnavailable, match="locked"):
+            store.ensure_run(RUN)
+        holder.execute("ROLLBACK")
+        assert store.ensure_run(RUN).run_id == RUN
+    finally:
+        holder.close()
+        store.close()
+
+
+# ---- schema ---------------------------------------------------------------------------------
+
+
+def test_migrations_match_the_models(store_url):
+    url = make_url(store_url)
+    if url.get_backend_name() == "sqlite":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    upgrade(store_url)
+    upgrade(store_url)  # idempotent at head
+    engine = create_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, Base.metadata) == []
+    finally:
+        engine.dispose()

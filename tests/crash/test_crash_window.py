@@ -1,0 +1,182 @@
+"""The paper's E4 and more: real processes killed with SIGKILL between dispatch and commit."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.envelope import Envelope
+from broker.identity import Identity
+from broker.records import AttemptStatus
+from broker.sqlstore import SqlStore
+from orchestrator.certificate import verify
+from orchestrator.embedded import open_services
+from orchestrator.reconcile import reconcile_attempt, sweep
+from sandbox.runner import ProcessRunner
+
+from .kit import (
+    operator_recover,
+    provider_lines,
+    run_child,
+    script,
+    settings_for,
+    start_child,
+)
+
+SEQ = {"orchestrate/#0@:0": {"prompt": "first frame"},
+       "orchestrate/#1@:0": {"prompt": "second frame"}}
+FANOUT = {f"orchestrate.gen/#0@{i}:0": {"prompt": p}
+          for i, p in enumerate(["left panel", "middle panel", "right panel"])}
+KILLED = -9
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def services(home: Path):
+    opened = open_services(settings_for(home), runner=ProcessRunner())
+    yield opened
+    opened.close()
+
+
+def replay(services, name: str, run_id: str = "crash"):
+    return services.pipeline().run(run_id, script(name), {}, Envelope())
+
+
+def open_attempts(services, run_id: str = "crash"):
+    return services.store.list_attempts(run_id, frozenset({AttemptStatus.PENDING,
+                                                            AttemptStatus.UNRESOLVED}))
+
+
+def test_kill_after_provider_before_commit_is_detected_before_any_handler(home, services):
+    assert run_child(home, "crash", "crash_seq", mode="after") == KILLED
+    assert len(provider_lines(home)) == 1  # the provider did the work; the commit was lost
+    assert [a.status for a in open_attempts(services)] == [AttemptStatus.PENDING]
+
+    report = replay(services, "crash_seq")
+    assert report["status"] == "stopped"
+    assert report["error"]["type"] == "AttemptUnresolved"
+    assert report["error"]["identity"] == "orchestrate/#0@:0"
+    assert report["calls"]["executed"] == 0
+    assert len(provider_lines(home)) == 1
+    assert services.store.get_run("crash").status == "blocked"
+
+
+def test_kill_during_a_sleeping_handler(home, services):
+    child = start_child(home, "crash", "crash_seq", mode="sleep")
+    deadline = time.monotonic() + 30
+    while not open_attempts(services) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert open_attempts(services), "the attempt must be durable before the provider runs"
+    os.kill(child.pid, 9)
+    child.join(10)
+    report = replay(services, "crash_seq")
+    assert report["error"]["type"] == "AttemptUnresolved"
+    assert len(provider_lines(home)) == 0
+
+
+def test_three_concurrent_attempts_killed_at_a_barrier_all_block(home, services):
+    assert run_child(home, "crash", "crash_fanout", mode="barrier") == KILLED
+    assert len(open_attempts(services)) == 3
+    marked = sweep(services.store, services.settings.attempt_lease_seconds)
+    assert len(marked) == 3
+    assert sweep(services.store, services.settings.attempt_lease_seconds) == []
+    report = replay(services, "crash_fanout")
+    assert report["status"] == "stopped"
+    assert report["error"]["type"] == "AttemptUnresolved"
+    assert report["calls"]["executed"] == 0
+    assert len(services.store.list_attempts("crash", frozenset({AttemptStatus.UNRESOLVED}))) == 3
+    assert provider_lines(home) == []
+
+
+def test_abandon_executes_once_then_replays(home, services):
+    run_child(home, "crash", "crash_seq", mode="before")
+    sweep(services.store, services.settings.attempt_lease_seconds)
+    decision = reconcile_attempt(services.store, "crash", "orchestrate/#0@:0",
+                                 operator="ana", reason="provider has no record")
+    assert decision["decision"] == "abandoned"
+    first = replay(services, "crash_seq")
+    assert first["status"] == "succeeded"
+    assert first["calls"]["executed"] == 2
+    second = replay(services, "crash_seq")
+    assert (second["calls"]["replayed"], second["calls"]["executed"]) == (2, 0)
+    assert len(provider_lines(home)) == 2
+    events = [e for e in services.store.list_events("crash") if e.kind == "attempt_reconciled"]
+    assert events and events[0].data["operator"] == "ana"
+
+
+def test_write_back_result_replays_with_zero_executions(home, services):
+    run_child(home, "crash", "crash_seq", mode="after")
+    known = {"artifact": {"id": "sha256:" + "0" * 64}, "note": "from the provider console"}
+    sweep(services.store, services.settings.attempt_lease_seconds)
+    reconcile_attempt(services.store, "crash", Identity.parse("orchestrate/#0@:0"),
+                      result=known, operator="ana", reason="provider shows it completed")
+    report = replay(services, "crash_seq")
+    assert report["status"] == "succeeded"
+    assert report["result"][0] == known["artifact"]["id"]
+    assert (report["calls"]["replayed"], report["calls"]["executed"]) == (1, 1)
+    assert [line["identity"] for line in provider_lines(home)] == ["orchestrate/#0@:0",
+                                                                   "orchestrate/#1@:0"]
+
+
+def test_pending_attempt_of_a_live_owner_cannot_be_reconciled(home, services):
+    child = start_child(home, "crash", "crash_seq", mode="sleep")
+    try:
+        deadline = time.monotonic() + 30
+        while not open_attempts(services) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        from broker.errors import InputError
+
+        with pytest.raises(InputError, match="still pending"):
+            reconcile_attempt(services.store, "crash", "orchestrate/#0@:0", operator="ana",
+                              reason="too early")
+    finally:
+        os.kill(child.pid, 9)
+        child.join(10)
+
+
+RUNS = int(os.environ.get("REVISE_CRASH_RUNS", "200"))
+
+
+@pytest.mark.slow
+def test_randomized_crashes_never_pay_twice_silently(home, services):
+    rng = random.Random(20261130)
+    decisions: list[str] = []
+    for index in range(RUNS):
+        run_id = f"rand-{index}"
+        child = start_child(home, run_id, "crash_fanout", latency=rng.uniform(0, 0.03))
+        time.sleep(rng.uniform(0.0, 0.35))
+        os.kill(child.pid, 9)
+        child.join(10)
+        for _round in range(5):
+            report = replay(services, "crash_fanout", run_id)
+            if report["status"] == "succeeded":
+                break
+            assert report["error"]["type"] == "AttemptUnresolved", report["error"]
+            decisions += operator_recover(services, home, run_id, FANOUT)
+        assert report["status"] == "succeeded", report
+    print(f"crash decisions over {RUNS} runs: {decisions.count('resolved')} resolved, "
+          f"{decisions.count('abandoned')} abandoned")
+    assert decisions.count("resolved") + decisions.count("abandoned") >= RUNS // 10, (
+        "the kills must land inside the crash window often enough to test it")
+    lines = [line for line in provider_lines(home) if line["outcome"] == "ok"]
+    per_identity: dict[tuple[str, str], int] = {}
+    for line in lines:
+        key = (line["run_id"], line["identity"])
+        per_identity[key] = per_identity.get(key, 0) + 1
+    assert max(per_identity.values()) == 1, "an identity was paid for twice"
+    store = services.store
+    assert isinstance(store, SqlStore)
+    for index in range(RUNS):
+        run_id = f"rand-{index}"
+        slots = store.list_slots(run_id)
+        assert len(slots) == 3, f"{run_id} lost a commit"
+        cert = store.latest_certificate(run_id)
+        assert verify(cert.digest, cert.entries, slots).differences == ()

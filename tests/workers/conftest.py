@@ -1,0 +1,166 @@
+"""A real Celery stack per test: workers (or the whole Procfile) as subprocesses.
+
+Each stack has its own PostgreSQL database (the ``postgres_url`` fixture), the
+test Redis db and a unique queue prefix, so no test sees another's tasks, and
+its processes are terminated (process group) in teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker.settings import Settings
+from orchestrator.client import Client
+from workers.config import WorkerSettings
+from workers.context import WorkerContext
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
+HOST = socket.gethostname()
+
+
+def script(name: str) -> str:
+    return (SCRIPTS / f"{name}.py").read_text(encoding="utf-8")
+
+
+def _sandbox_kind() -> str:
+    from sandbox.select import docker_ready
+
+    return "docker" if docker_ready(Settings()) else "process"
+
+
+class Stack:
+    def __init__(self, tmp_path: Path, database_url: str, redis_url: str,
+                 **queue: Any) -> None:
+        self.tmp_path = tmp_path
+        self.prefix = f"t{uuid.uuid4().hex[:10]}-"
+        self.env = {
+            **os.environ, "PYTHONPATH": str(ROOT), "REVISE_HOME": str(tmp_path / "home"),
+            "REVISE_DATABASE_URL": database_url, "REVISE_REDIS_URL": redis_url,
+            "REVISE_LEDGER_BACKEND": "redis", "REVISE_SANDBOX": _sandbox_kind(),
+            "REVISE_CELERY_QUEUE_PREFIX": self.prefix,
+        }
+        for key, value in queue.items():
+            self.env[f"REVISE_CELERY_{key.upper()}"] = str(value)
+        self.settings = Settings(home=tmp_path / "home", database_url=database_url,
+                                 redis_url=redis_url, ledger_backend="redis")
+        self.queue = WorkerSettings(queue_prefix=self.prefix, **queue)
+        self.client = Client(self.settings, queue=self.queue)
+        self.context = WorkerContext(self.settings, self.queue)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.names: list[str] = []
+
+    # ---- processes ------------------------------------------------------------------------
+
+    def _spawn(self, command: list[str] | str, log_name: str) -> subprocess.Popen[bytes]:
+        with open(self.tmp_path / f"{log_name}.log", "wb") as log:  # the child keeps its fd
+            proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    shell=isinstance(command, str))
+        self.procs.append(proc)
+        return proc
+
+    def worker(self, role: str, *, pool: str = "threads", concurrency: int = 4,
+               index: int = 0) -> subprocess.Popen[bytes]:
+        name = f"{role}{index}-{self.prefix}@{HOST}"
+        self.names.append(name)
+        return self._spawn([sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+                            "-Q", self.client.app.routing.queue(role), "-n", name,
+                            "--pool", pool, "-c", str(concurrency), "-l", "INFO",
+                            "--without-mingle", "--without-gossip"], f"{role}{index}")
+
+    def procfile(self, flower_port: int) -> subprocess.Popen[bytes]:
+        self.env["REVISE_FLOWER_PORT"] = str(flower_port)
+        self.names += [f"{role}@{HOST}" for role in ("dispatcher", "sandbox", "broker",
+                                                      "reconciler")]
+        return self._spawn(["honcho", "start", "-f", str(ROOT / "Procfile"),
+                            "-d", str(ROOT)], "honcho")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        missing = set(self.names)
+        while missing:
+            replies = self.client.app.control.ping(destination=sorted(missing), timeout=0.5)
+            for reply in replies:
+                missing -= set(reply)
+            if missing and time.monotonic() > deadline:
+                raise AssertionError(f"workers not ready: {sorted(missing)}; "
+                                     f"logs in {self.tmp_path}")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+        _reap_under(self.tmp_path)
+        self.client.close()
+        if "store" in self.context.__dict__:
+            self.context.store.close()
+
+    # ---- reading what happened ---------------------------------------------------------------
+
+    @property
+    def store(self):
+        return self.context.store
+
+    def provider_log(self) -> list[dict[str, Any]]:
+        path = self.settings.provider_log_path
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+    def events(self, run_id: str, kind: str) -> list[Any]:
+        return [e for e in self.store.list_events(run_id) if e.kind == kind]
+
+
+def _reap_under(path: Path) -> None:
+    """SIGKILL stray sandbox processes whose command line names ``path``."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if str(path) in cmdline and int(entry.name) != os.getpid():
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[Any]:
+    stacks: list[Stack] = []
+
+    def make(**queue: Any) -> Stack:
+        stack = Stack(tmp_path, postgres_url, redis_url, **queue)
+        stacks.append(stack)
+        return stack
+
+    yield make
+    for stack in stacks:
+        stack.stop()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

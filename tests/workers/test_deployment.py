@@ -1,0 +1,150 @@
+"""The Celery deployment end to end: real Redis, PostgreSQL and worker subprocesses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from broker.dispatch import CallReport, CallRequest, Outcome
+from broker.envelope import Envelope
+from broker.identity import Identity
+from broker.settings import SandboxKind, Settings
+from orchestrator.embedded import open_services
+from sandbox.runner import ProcessRunner
+from workers.routing import CAPABILITY_TASK
+
+from .conftest import script
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+SHOTS = {"shots": ["a", "b", "c", "d"]}
+
+
+def _embedded(tmp_path) -> list[dict[str, Any]]:
+    settings = Settings(home=tmp_path / "embedded", sandbox=SandboxKind.PROCESS)
+    services = open_services(settings, runner=ProcessRunner())
+    try:
+        pipeline = services.pipeline()
+        return [pipeline.run("run-1", script(name), SHOTS, Envelope())
+                for name in ("fanout_v1", "fanout_repaired", "fanout_relocated")]
+    finally:
+        services.close()
+
+
+def _shape(report: dict[str, Any]) -> tuple:
+    return (report["status"], report["calls"], (report["error"] or {}).get("type"),
+            [c["kind"] for c in report["gate"]["counterexamples"]],
+            sorted((i["site"], tuple(i["path"]), i["outcome"]) for i in report["identities"]))
+
+
+def test_core_scenario_through_the_queue_matches_embedded(make_stack, tmp_path) -> None:
+    stack = make_stack()
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=2)
+    stack.worker("capabilities", concurrency=4)
+    stack.wait_ready()
+
+    reports = [stack.client.submit(script(name), SHOTS, Envelope(), "run-1").wait(60)
+               for name in ("fanout_v1", "fanout_repaired", "fanout_relocated")]
+    first, repair, moved = reports
+    assert first["calls"] == {"executed": 4, "succeeded": 3, "failed": 1, "replayed": 0,
+                              "denied": 0}
+    assert (repair["status"], repair["calls"]["replayed"], repair["calls"]["executed"]) == (
+        "succeeded", 3, 1)
+    assert moved["status"] == "stopped"
+    assert [c["kind"] for c in moved["gate"]["counterexamples"]] == ["removed"]
+    assert len(stack.provider_log()) == 5
+    # The dispatcher stopped the relocation: no sandbox ever saw revision 3.
+    assert not [e for e in stack.events("run-1", "sandbox_start") if e.revision == 3]
+    assert [_shape(r) for r in reports] == [_shape(r) for r in _embedded(tmp_path)]
+
+
+def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -> None:
+    stack = make_stack(local_latency=0.5)
+    stack.worker("capabilities", concurrency=5, index=0)
+    stack.worker("capabilities", concurrency=5, index=1)
+    stack.wait_ready()
+    stack.store.ensure_run("run-scale")
+    revision = stack.store.add_revision("run-scale", "# source", "digest")
+    request = CallRequest("run-scale", revision, Identity("orchestrate/#0", (), 0),
+                          "image.generate", {"prompt": "one shot", "size": "512x512"}, "fp")
+    app, queue = stack.client.app, stack.client.app.routing.queue("capabilities")
+
+    def deliver(_: int):
+        return app.send_task(CAPABILITY_TASK, args=[request.to_wire(),
+                                                    Envelope().model_dump(mode="json")],
+                             queue=queue)
+
+    with ThreadPoolExecutor(10) as pool:
+        results = list(pool.map(deliver, range(10)))
+    reports = [CallReport.from_wire(r.get(timeout=30)) for r in results]
+    assert len(stack.provider_log()) == 1
+    assert sum(r.attempted for r in reports) == 1
+    assert sorted(r.outcome for r in reports) == sorted(
+        [Outcome.EXECUTED] + [Outcome.REPLAYED] * 9)
+    assert len({str(r.result) for r in reports}) == 1
+    assert len({r.worker for r in results}) == 2  # both broker workers took deliveries
+
+    # A redelivery of an answered task (same task id) returns its stored answer.
+    again = app.send_task(CAPABILITY_TASK, args=[request.to_wire(),
+                                                 Envelope().model_dump(mode="json")],
+                          queue=queue, task_id=results[0].id)
+    assert CallReport.from_wire(again.get(timeout=30)).outcome is reports[0].outcome
+    assert len(stack.provider_log()) == 1
+
+
+def _wait_for(predicate, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_sandbox_worker_killed_mid_job_replays_and_never_pays_twice(make_stack) -> None:
+    stack = make_stack(local_latency=1.0)
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=1)
+    stack.worker("capabilities", concurrency=4)
+    stack.wait_ready()
+
+    handle = stack.client.submit(script("e3_v2"), {}, Envelope(), "run-kill")
+    _wait_for(lambda: stack.store.list_slots("run-kill"), 30, "the first committed call")
+    job = f"{handle.job_id}/sandbox"
+    holder = _wait_for(lambda: stack.context.lease.holder(job), 5, "the job lease")
+    os.kill(int(holder.split(":")[1]), signal.SIGKILL)  # the pool process running the job
+
+    report = handle.wait(60)
+    assert report["status"] == "succeeded"
+    assert stack.context.lease.starts(job) == 2
+    assert report["calls"]["replayed"] >= 1
+    assert report["calls"]["executed"] + report["calls"]["replayed"] == 3
+    identities = [entry["identity"] for entry in stack.provider_log()]
+    assert len(identities) == 3 and len(set(identities)) == 3  # each call paid exactly once
+    assert len(stack.events("run-kill", "redelivered")) == 1
+
+
+def test_job_longer_than_the_visibility_timeout_runs_once(make_stack) -> None:
+    stack = make_stack(local_latency=20, visibility_timeout=5, unacked_restore_seconds=1)
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=2)
+    stack.worker("capabilities", concurrency=4)
+    stack.wait_ready()
+
+    handle = stack.client.submit(script("keyorder_v1"), {}, Envelope(), "run-slow")
+    report = handle.wait(90)
+    assert report["status"] == "failed"
+    assert report["error"]["type"] == "RuntimeError"
+    assert report["calls"]["executed"] == 1
+    assert len(stack.provider_log()) == 1
+    job = f"{handle.job_id}/sandbox"
+    assert stack.context.lease.starts(job) == 1
+    assert stack.context.lease.duplicates(job) >= 1  # Redis did deliver it again
+    assert len(stack.events("run-slow", "sandbox_start")) == 1
