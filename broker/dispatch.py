@@ -241,6 +241,8 @@ class Broker:
             if claim.claimed:
                 return claim.attempt
             existing = claim.attempt
+            if existing.status in (AttemptStatus.SUCCEEDED, AttemptStatus.RESOLVED):
+                return None  # a duplicate delivery lost the race: replay the commit
             if existing.status is AttemptStatus.PENDING and self._in_flight(existing):
                 if time.monotonic() > deadline:
                     existing = self._mark_unresolved(existing)

@@ -27,6 +27,9 @@ from broker.records import (
 )
 
 
+_NOT_CLAIMABLE = OPEN_ATTEMPT_STATUSES | {AttemptStatus.SUCCEEDED, AttemptStatus.RESOLVED}
+
+
 def _now() -> datetime:
     return datetime.now(UTC)
 
@@ -108,7 +111,7 @@ class MemoryStore:
         with self._lock:
             previous = [a for a in self._attempts
                         if a.run_id == run_id and a.identity == identity]
-            if previous and previous[-1].status in OPEN_ATTEMPT_STATUSES:
+            if previous and previous[-1].status in _NOT_CLAIMABLE:
                 return Claim(previous[-1], claimed=False)
             now = _now()
             attempt = AttemptRecord(len(self._attempts) + 1, run_id, identity, capability,

@@ -28,6 +28,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from broker.identity import Identity
+from broker.records import (
+    AttemptRecord,
+    AttemptStatus,
+    RevisionRecord,
+    RunRecord,
+    RunStatus,
+    SlotRecord,
+)
+
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -185,3 +195,41 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# ---- rows -> records (the edge) ---------------------------------------------------------------
+# Each function takes a Core row or a model instance (both expose the columns as attributes).
+
+
+def _path(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".")) if text else ()
+
+
+def _identity(row: Any) -> Identity:
+    return Identity(row.site, _path(row.path), row.occurrence)
+
+
+def slot_record(row: Any) -> SlotRecord:
+    return SlotRecord(run_id=row.run_id, identity=_identity(row), capability=row.capability,
+                      digest=row.digest, fingerprint=row.fingerprint, result=row.result,
+                      usage=row.usage or {}, cost=row.cost, revision=row.revision,
+                      committed_at=row.committed_at)
+
+
+def attempt_record(row: Any) -> AttemptRecord:
+    return AttemptRecord(id=row.id, run_id=row.run_id, identity=_identity(row),
+                         capability=row.capability, digest=row.digest, revision=row.revision,
+                         number=row.number, status=AttemptStatus(row.status), owner=row.owner,
+                         created_at=row.created_at, heartbeat_at=row.heartbeat_at,
+                         idempotency_key=row.idempotency_key, error=row.error)
+
+
+def run_record(row: Any) -> RunRecord:
+    return RunRecord(run_id=row.run_id, status=RunStatus(row.status), created_at=row.created_at,
+                     updated_at=row.updated_at, revisions=row.revisions, detail=row.detail)
+
+
+def revision_record(row: Any) -> RevisionRecord:
+    return RevisionRecord(run_id=row.run_id, revision=row.revision,
+                          source_digest=row.source_digest, source_text=row.source_text,
+                          status=row.status, created_at=row.created_at, summary=row.summary)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -28,13 +29,14 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, Row
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from broker import models
 from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
 from broker.identity import Identity
 from broker.migrations import upgrade
+from broker.models import attempt_record, revision_record, run_record, slot_record
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
     AttemptRecord,
@@ -59,44 +61,13 @@ orphans = cast(Table, models.Orphan.__table__)
 events = cast(Table, models.Event.__table__)
 
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
+_NOT_CLAIMABLE = {*_OPEN, AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
 _SLOT_KEY = ["run_id", "site", "path", "occurrence"]
+_TRANSIENT = {"40001", "40P01"}  # serialization failure, deadlock detected
+_TRANSIENT_RETRIES = 3
 
 
-# ---- rows <-> records (the edge) ------------------------------------------------------------
-
-
-def _path(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in text.split(".")) if text else ()
-
-
-def _identity(row: Row[Any]) -> Identity:
-    return Identity(row.site, _path(row.path), row.occurrence)
-
-
-def _slot_record(row: Row[Any]) -> SlotRecord:
-    return SlotRecord(run_id=row.run_id, identity=_identity(row), capability=row.capability,
-                      digest=row.digest, fingerprint=row.fingerprint, result=row.result,
-                      usage=row.usage or {}, cost=row.cost, revision=row.revision,
-                      committed_at=row.committed_at)
-
-
-def _attempt_record(row: Row[Any]) -> AttemptRecord:
-    return AttemptRecord(id=row.id, run_id=row.run_id, identity=_identity(row),
-                         capability=row.capability, digest=row.digest, revision=row.revision,
-                         number=row.number, status=AttemptStatus(row.status), owner=row.owner,
-                         created_at=row.created_at, heartbeat_at=row.heartbeat_at,
-                         idempotency_key=row.idempotency_key, error=row.error)
-
-
-def _run_record(row: Row[Any]) -> RunRecord:
-    return RunRecord(run_id=row.run_id, status=RunStatus(row.status), created_at=row.created_at,
-                     updated_at=row.updated_at, revisions=row.revisions, detail=row.detail)
-
-
-def _revision_record(row: Row[Any]) -> RevisionRecord:
-    return RevisionRecord(run_id=row.run_id, revision=row.revision,
-                          source_digest=row.source_digest, source_text=row.source_text,
-                          status=row.status, created_at=row.created_at, summary=row.summary)
+# ---- statements --------------------------------------------------------------------------
 
 
 def _at(table: Table, run_id: str, identity: Identity) -> Any:
@@ -118,7 +89,7 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     conn.execute(_upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
                                             revisions=0, created_at=now, updated_at=now)
                  .on_conflict_do_nothing(index_elements=["run_id"]))
-    return _run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
+    return run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
 
 
 def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str) -> int:
@@ -154,7 +125,7 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
             committed_at=slot.committed_at or models.utcnow(),
         ).on_conflict_do_nothing(index_elements=_SLOT_KEY)
     )
-    stored = _slot_record(conn.execute(select(slots).where(_at(slots, slot.run_id, ident))).one())
+    stored = slot_record(conn.execute(select(slots).where(_at(slots, slot.run_id, ident))).one())
     if attempt_id is not None:
         if stored.same_call(slot.capability, slot.digest):
             values: dict[str, Any] = {"status": AttemptStatus.SUCCEEDED.value}
@@ -172,8 +143,10 @@ def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capabil
     """Return the open attempt in the way, or insert the next one (unique key decides races)."""
     latest = conn.execute(select(attempts).where(_at(attempts, run_id, identity))
                           .order_by(attempts.c.number.desc()).limit(1)).first()
-    if latest is not None and latest.status in _OPEN:
-        return Claim(attempt=_attempt_record(latest), claimed=False)
+    # Open (someone may be calling the provider) or committed (a duplicate that lost the
+    # race must replay): either way this caller does not dispatch.
+    if latest is not None and latest.status in _NOT_CLAIMABLE:
+        return Claim(attempt=attempt_record(latest), claimed=False)
     now = models.utcnow()
     row = conn.execute(
         insert(attempts).values(
@@ -184,7 +157,7 @@ def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capabil
             error=None, created_at=now, heartbeat_at=now,
         ).returning(*attempts.c)
     ).one()
-    return Claim(attempt=_attempt_record(row), claimed=True)
+    return Claim(attempt=attempt_record(row), claimed=True)
 
 
 def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus, operator: str,
@@ -208,9 +181,10 @@ def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus
                                .where(attempts.c.id == attempt_id)).scalar()
         if current is None:
             raise StoreError(f"attempt {attempt_id} does not exist", attempt_id=attempt_id)
-        raise StoreError(f"attempt {attempt_id} is {current}; only pending or unresolved "
-                         "attempts can be resolved", attempt_id=attempt_id, status=current)
-    record = _attempt_record(row)
+        raise StoreError(f"attempt {attempt_id} is {current}; only {' or '.join(allowed)} "
+                         f"attempts can become {status.value}", attempt_id=attempt_id,
+                         status=current)
+    record = attempt_record(row)
     if slot is not None:
         if (slot.run_id, slot.identity) != (record.run_id, record.identity):
             raise StoreError(f"slot {slot.identity} does not belong to attempt {attempt_id} "
@@ -240,15 +214,20 @@ class SqlStore:
     def open(cls, url: str, *, busy_timeout_ms: int = 30_000) -> SqlStore:
         """Create the engine and bring the schema to head (safe from several processes)."""
         parsed = make_url(url)
-        safe = parsed.render_as_string(hide_password=True)
         try:
             engine = _create_engine(parsed, busy_timeout_ms)
         except OSError as exc:
+            safe = parsed.render_as_string(hide_password=True)
             raise StoreUnavailable(f"run store {safe} is unavailable: cannot create its "
                                    f"directory ({exc}); check that the path is writable",
                                    url=safe) from exc
         store = cls(engine)
-        store._run("migrating the schema", lambda conn: upgrade(engine), transaction=False)
+        try:
+            with store._translated("migrating the schema"):
+                upgrade(engine)
+        except BaseException:
+            engine.dispose()
+            raise
         return store
 
     def close(self) -> None:
@@ -257,27 +236,39 @@ class SqlStore:
     # -- plumbing --
 
     def _run(self, action: str, fn: Callable[[Connection], T], *, write: bool = True,
-             race_retries: int = 0, transaction: bool = True) -> T:
-        """Run ``fn`` in one transaction; retry unique-key races; fail closed."""
-        for attempt in range(race_retries + 1):
-            try:
-                if not transaction:
-                    return fn(cast(Connection, None))
-                with self.engine.connect() as conn:
-                    conn.execution_options(revise_write=write)
-                    with conn.begin():
-                        return fn(conn)
-            except IntegrityError as exc:
-                if attempt >= race_retries:
-                    raise StoreError(f"{action} failed: {_reason(exc)}") from exc
+             race_retries: int = 0) -> T:
+        """Run ``fn`` in one transaction, retrying when a unique key settled a race.
+
+        PostgreSQL deadlock and serialization failures roll the whole
+        transaction back, so they are retried a few times as well.
+        """
+        with self._translated(action):
+            for attempt in range(max(race_retries, _TRANSIENT_RETRIES) + 1):
+                try:
+                    with self.engine.connect() as conn:
+                        conn.execution_options(revise_write=write)
+                        with conn.begin():
+                            return fn(conn)
+                except IntegrityError:
+                    if attempt >= race_retries:
+                        raise
+                except OperationalError as exc:
+                    if _sqlstate(exc) not in _TRANSIENT or attempt >= _TRANSIENT_RETRIES:
+                        raise
                 time.sleep(random.uniform(0, 0.002 * (attempt + 1)))
-            except (OperationalError, InterfaceError) as exc:
-                raise self._unavailable(action, exc) from exc
-            except DBAPIError as exc:
-                if exc.connection_invalidated:
-                    raise self._unavailable(action, exc) from exc
-                raise StoreError(f"{action} failed: {_reason(exc)}") from exc
         raise AssertionError("unreachable")
+
+    @contextmanager
+    def _translated(self, action: str) -> Iterator[None]:
+        """Connectivity failures become ``StoreUnavailable``; other driver errors ``StoreError``."""
+        try:
+            yield
+        except (OperationalError, InterfaceError) as exc:
+            raise self._unavailable(action, exc) from exc
+        except DBAPIError as exc:
+            if exc.connection_invalidated:
+                raise self._unavailable(action, exc) from exc
+            raise StoreError(f"{action} failed: {_reason(exc)}") from exc
 
     def _unavailable(self, action: str, exc: Exception) -> StoreUnavailable:
         if self.engine.dialect.name == "sqlite":
@@ -297,13 +288,13 @@ class SqlStore:
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._run("reading a run", lambda c: c.execute(
             select(runs).where(runs.c.run_id == run_id)).first(), write=False)
-        return None if row is None else _run_record(row)
+        return None if row is None else run_record(row)
 
     def list_runs(self, limit: int = 50) -> list[RunRecord]:
         rows = self._run("listing runs", lambda c: c.execute(
             select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)).all(),
             write=False)
-        return [_run_record(r) for r in rows]
+        return [run_record(r) for r in rows]
 
     def set_run_status(self, run_id: str, status: RunStatus, detail: str | None = None) -> None:
         result = self._run("setting a run status", lambda c: c.execute(
@@ -329,26 +320,26 @@ class SqlStore:
         row = self._run("reading a revision", lambda c: c.execute(select(revisions).where(
             revisions.c.run_id == run_id, revisions.c.revision == revision)).first(),
             write=False)
-        return None if row is None else _revision_record(row)
+        return None if row is None else revision_record(row)
 
     def list_revisions(self, run_id: str) -> list[RevisionRecord]:
         rows = self._run("listing revisions", lambda c: c.execute(select(revisions).where(
             revisions.c.run_id == run_id).order_by(revisions.c.revision)).all(), write=False)
-        return [_revision_record(r) for r in rows]
+        return [revision_record(r) for r in rows]
 
     # -- slots --
 
     def get_slot(self, run_id: str, identity: Identity) -> SlotRecord | None:
         row = self._run("reading a slot", lambda c: c.execute(
             select(slots).where(_at(slots, run_id, identity))).first(), write=False)
-        return None if row is None else _slot_record(row)
+        return None if row is None else slot_record(row)
 
     def list_slots(self, run_id: str) -> list[SlotRecord]:
         rows = self._run("listing slots", lambda c: c.execute(
             select(slots).where(slots.c.run_id == run_id)
             .order_by(slots.c.site, slots.c.path, slots.c.occurrence)).all(), write=False)
         # Text paths sort "10" before "2"; the identity order compares path tuples.
-        return sorted((_slot_record(r) for r in rows), key=lambda s: s.identity)
+        return sorted((slot_record(r) for r in rows), key=lambda s: s.identity)
 
     def ledger_digests(self, run_id: str, site: str, path: tuple[int, ...],
                        before_revision: int) -> set[str]:
@@ -401,7 +392,7 @@ class SqlStore:
             query = query.where(attempts.c.status.in_([AttemptStatus(s).value
                                                        for s in statuses]))
         rows = self._run("listing attempts", lambda c: c.execute(query).all(), write=False)
-        return [_attempt_record(r) for r in rows]
+        return [attempt_record(r) for r in rows]
 
     def mark_unresolved(self, stale_before: datetime) -> list[AttemptRecord]:
         """Pending attempts without a heartbeat since ``stale_before`` become unresolved.
@@ -415,7 +406,7 @@ class SqlStore:
             update(attempts).where(attempts.c.status == AttemptStatus.PENDING.value,
                                    attempts.c.heartbeat_at < stale_before)
             .values(status=AttemptStatus.UNRESOLVED.value).returning(*attempts.c)).all())
-        return sorted((_attempt_record(r) for r in rows), key=lambda a: a.id)
+        return sorted((attempt_record(r) for r in rows), key=lambda a: a.id)
 
     def resolve_attempt(self, attempt_id: int, status: AttemptStatus, *, operator: str,
                         reason: str, slot: SlotRecord | None = None) -> AttemptRecord:
@@ -510,6 +501,10 @@ def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _sqlstate(exc: DBAPIError) -> str | None:
+    return getattr(exc.orig, "sqlstate", None)
 
 
 def _reason(exc: Exception) -> str:

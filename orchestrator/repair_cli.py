@@ -71,6 +71,12 @@ def _write(path: Path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror}; pass a writable --out") from None
 
 
+def _close(backend: Any) -> None:
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+
+
 def _emit_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
@@ -127,6 +133,7 @@ def repair_cmd(
                                              run_args if run_args is not None else {}, env)
     finally:
         services.close()
+        _close(backend)
     ok = result.accepted and (report is None or report["status"] == "succeeded")
     if as_json:
         _emit_json({**result.to_json(), "run": report})
@@ -161,7 +168,10 @@ def author_cmd(
 
     backend = backend_from_spec(model, Settings())
     env = load_envelope(envelope) if envelope else Envelope()
-    result = author_script(request, model=backend, envelope=env, max_attempts=max_attempts)
+    try:
+        result = author_script(request, model=backend, envelope=env, max_attempts=max_attempts)
+    finally:
+        _close(backend)
     if out is not None and result.script:
         _write(out, result.script)
     if as_json:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import json
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from broker.catalog import Capability
 from orchestrator.gate import Counterexample, CounterexampleKind

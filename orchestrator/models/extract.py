@@ -86,7 +86,7 @@ def _unfenced(text: str) -> str:
     if first_code is not None and (start is None or first_code <= start):
         start = first_code
     if start is None:
-        return text.strip()
+        return ""  # prose only: no line looks like code
     kept = lines[start:]
     candidate = "\n".join(kept).strip()
     if _parses(candidate):

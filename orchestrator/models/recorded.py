@@ -85,7 +85,7 @@ class RecordedBackend:
         raise ReviseError(
             f"the recorded model outputs in {self.source} have no unused {purpose!r} entry "
             f"left (served {served}); add a line {{\"purpose\": \"{purpose}\", \"output\": "
-            "...}} or lower --max-attempts", source=self.source, purpose=purpose)
+            "...} or lower --max-attempts", source=self.source, purpose=purpose)
 
 
 def parse_jsonl(text: str, source: str = "<memory>") -> list[RecordedOutput]:

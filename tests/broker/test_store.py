@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import queue
 import sqlite3
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -150,14 +152,32 @@ def test_claim_is_atomic_across_threads(store):
 
 
 def _claim_in_process(url: str, owner: str, barrier, results) -> None:
-    barrier.wait()  # open together: concurrent migrations must be safe
-    store = SqlStore.open(url)
     try:
-        barrier.wait()
-        got = claim(store, owner=owner)
-        results.put((owner, got.claimed, got.attempt.id))
-    finally:
-        store.close()
+        barrier.wait(timeout=60)  # open together: concurrent migrations must be safe
+        store = SqlStore.open(url)
+        try:
+            barrier.wait(timeout=60)
+            got = claim(store, owner=owner)
+            results.put((owner, got.claimed, got.attempt.id))
+        finally:
+            store.close()
+    except BaseException as exc:
+        barrier.abort()  # release the sibling at once instead of letting it wait
+        results.put((owner, None, f"{type(exc).__name__}: {exc}"))
+        raise
+
+
+def _collect(procs, results, deadline_s: float = 180) -> list:
+    """Gather one result per process; stop early when every process has exited."""
+    outcomes: list = []
+    deadline = time.monotonic() + deadline_s
+    while len(outcomes) < len(procs) and time.monotonic() < deadline:
+        try:
+            outcomes.append(results.get(timeout=1))
+        except queue.Empty:
+            if not any(proc.is_alive() for proc in procs) and results.empty():
+                break
+    return outcomes
 
 
 def test_claim_is_atomic_across_processes(store_url):
@@ -167,10 +187,11 @@ def test_claim_is_atomic_across_processes(store_url):
              for i in range(2)]
     for proc in procs:
         proc.start()
-    outcomes = [results.get(timeout=120) for _ in procs]
+    outcomes = _collect(procs, results)
     for proc in procs:
         proc.join(timeout=60)
-        assert proc.exitcode == 0
+    assert [proc.exitcode for proc in procs] == [0, 0], outcomes
+    assert len(outcomes) == 2 and all(claimed is not None for _, claimed, _ in outcomes), outcomes
     assert sorted(claimed for _, claimed, _ in outcomes) == [False, True]
     assert len({attempt_id for *_, attempt_id in outcomes}) == 1
 
@@ -197,6 +218,15 @@ def test_failed_attempt_can_be_claimed_again(store):
     assert retry.claimed and retry.attempt.number == 1 and retry.attempt.owner == "w2"
     with pytest.raises(StoreError):
         store.fail_attempt(999_999, {})
+
+
+def test_committed_attempt_is_not_claimed_again(store):
+    """A duplicate delivery that lost the race must replay, never dispatch again."""
+    first = claim(store).attempt
+    store.commit(slot(), first.id)
+    late = claim(store, owner="w2")
+    assert not late.claimed
+    assert late.attempt.status is AttemptStatus.SUCCEEDED
 
 
 def test_heartbeat_and_mark_unresolved(store):
@@ -248,6 +278,17 @@ def test_resolve_attempt_writes_back_the_known_result(store):
     assert store.get_slot(RUN, IDENT).result == {"text": "hi"}
     with pytest.raises(StoreError, match="resolved"):
         store.resolve_attempt(first.id, AttemptStatus.ABANDONED, operator="ops", reason="x")
+
+
+def test_resolve_attempt_can_declare_a_pending_attempt_unresolved(store):
+    first = claim(store).attempt
+    marked = store.resolve_attempt(first.id, AttemptStatus.UNRESOLVED, operator="reconciler",
+                                   reason="owner process is gone")
+    assert marked.status is AttemptStatus.UNRESOLVED
+    with pytest.raises(StoreError, match="is unresolved; only pending"):
+        store.resolve_attempt(first.id, AttemptStatus.UNRESOLVED, operator="r2", reason="x")
+    with pytest.raises(StoreError):
+        store.resolve_attempt(first.id, AttemptStatus.FAILED, operator="ops", reason="x")
 
 
 def test_resolve_with_conflicting_slot_changes_nothing(store):

@@ -66,7 +66,8 @@ def test_extract_without_orchestrate_returns_the_longest_python_block() -> None:
         "y = [1, 2, 3]\n"
 
 
-@pytest.mark.parametrize("answer", ["", "   \n", "<think>nothing</think>"])
+@pytest.mark.parametrize("answer", ["", "   \n", "<think>nothing</think>",
+                                    "Sorry, I cannot write that script."])
 def test_extract_empty_answers(answer: str) -> None:
     assert extract_script(answer) == ""
 
@@ -195,7 +196,7 @@ def test_429_after_retries_is_a_clear_error() -> None:
     sleeps: list[float] = []
     with ModelServer([SCRIPT]) as server:
         server.queue(CHAT, *[error(429, "slow down")] * 4)
-        with pytest.raises(ReviseError, match="rate limited .* after 4 attempts") as caught:
+        with pytest.raises(ReviseError, match=r"rate limited .* after 4 attempts") as caught:
             _backend(server, sleeps, max_retries=3).complete(MESSAGES, purpose="repair")
         assert len(server.chat_requests()) == 4
     assert caught.value.fields["status"] == 429
@@ -213,7 +214,7 @@ def test_5xx_is_retried(status: int) -> None:
 def test_5xx_after_retries_names_the_endpoint() -> None:
     with ModelServer([SCRIPT]) as server:
         server.queue(CHAT, *[error(503, "upstream down")] * 3)
-        with pytest.raises(ReviseError, match="kept failing after 3 attempts.*503"):
+        with pytest.raises(ReviseError, match=r"kept failing after 3 attempts.*503"):
             _backend(server, [], max_retries=2).complete(MESSAGES, purpose="repair")
 
 
@@ -228,7 +229,7 @@ def test_timeout_is_retried() -> None:
 def test_unreachable_endpoint_after_retries() -> None:
     backend = OpenAIChatBackend(base_url="http://127.0.0.1:9/v1", model="m", max_retries=1,
                                 sleep=lambda s: None)
-    with pytest.raises(ReviseError, match="could not connect .* after 2 attempts"):
+    with pytest.raises(ReviseError, match=r"could not connect .* after 2 attempts"):
         backend.complete(MESSAGES, purpose="repair")
 
 

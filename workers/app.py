@@ -1,0 +1,80 @@
+"""The one Celery app of the deployment: ``celery -A workers.app worker -Q <queue>``.
+
+Redis is broker and result backend; JSON is the only serialization. Tasks are
+acknowledged late and rejected (requeued) when their worker process dies, so a
+crash redelivers; the job lease (``workers.lease``) turns redeliveries and
+visibility-timeout duplicates into no-ops and bounds crash loops. Each worker
+takes one message at a time (prefetch 1) so a long job never hides a queued
+one from an idle worker.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from celery import Celery, Task
+
+from broker.settings import Settings
+from workers.config import WorkerSettings
+from workers.context import WorkerContext
+from workers.routing import Routing
+
+TASK_MODULES = ("workers.dispatcher", "workers.sandbox_worker", "workers.capability")
+
+
+class ReviseCelery(Celery):
+    def __init__(self, settings: Settings, queue: WorkerSettings) -> None:
+        super().__init__("revise", include=list(TASK_MODULES), task_cls=ReviseTask)
+        self.revise_settings = settings
+        self.queue_settings = queue
+        self.routing = Routing(queue.queue_prefix)
+        self.conf.update(celery_config(settings, queue, self.routing))
+
+
+class ReviseTask(Task):
+    """Base task: ``self.context`` is this worker process's services, opened on first use."""
+
+    @cached_property
+    def context(self) -> WorkerContext:
+        app = self.app
+        assert isinstance(app, ReviseCelery)
+        return WorkerContext(app.revise_settings, app.queue_settings)
+
+
+def celery_config(settings: Settings, queue: WorkerSettings, routing: Routing) -> dict:
+    transport = {"visibility_timeout": queue.visibility_timeout}
+    if queue.unacked_restore_seconds:
+        transport |= {"unacked_restore_interval": queue.unacked_restore_seconds,
+                      "unacked_restore_throttle": 1}
+    return {
+        "broker_url": settings.resolved_broker_url,
+        "result_backend": settings.resolved_result_backend,
+        "broker_transport_options": transport,
+        "broker_connection_retry_on_startup": True,
+        "worker_cancel_long_running_tasks_on_connection_loss": True,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "event_serializer": "json",
+        "accept_content": ["json"],
+        "result_accept_content": ["json"],
+        "task_acks_late": True,
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_queues": routing.queues(),
+        "task_routes": routing.routes(),
+        "task_default_queue": routing.queue("dispatch"),
+        "task_track_started": True,
+        "result_extended": True,  # the result names the worker that ran the task
+        "result_expires": 7 * 24 * 3600,
+        "worker_send_task_events": True,  # Flower sees task flow without `enable_events`
+        "task_send_sent_event": True,
+        "beat_schedule": {},  # the reconcile schedule is registered by its own module
+    }
+
+
+def make_app(settings: Settings | None = None, queue: WorkerSettings | None = None
+             ) -> ReviseCelery:
+    return ReviseCelery(settings or Settings(), queue or WorkerSettings())
+
+
+app = make_app()

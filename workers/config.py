@@ -1,0 +1,36 @@
+"""Typed settings of the Celery deployment (env prefix ``REVISE_CELERY_``).
+
+The run-level settings (database, Redis, sandbox, policies) stay in
+``broker.settings.Settings``; these are the knobs of the queue itself.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REVISE_CELERY_", extra="ignore", frozen=True)
+
+    queue_prefix: str = Field(
+        default="", description="prepended to every queue name (one Redis, several stacks)")
+    visibility_timeout: float = Field(
+        default=3600.0, gt=0, description="seconds an unacknowledged message stays invisible "
+        "before Redis delivers it again; the job lease makes a short value safe")
+    unacked_restore_seconds: int | None = Field(
+        default=None, ge=1, description="how often workers sweep overdue unacked messages "
+        "back to their queue (kombu's default sweep is about 100 s)")
+    lease_seconds: float = Field(
+        default=30.0, gt=1, description="TTL of a job lease; the holder renews it every third")
+    max_deliveries: int = Field(
+        default=3, ge=1, description="starts of one job before it is failed as crashing")
+    dispatch_time_limit: float = 120.0
+    sandbox_time_limit: float = 3600.0
+    capability_time_limit: float = 900.0
+    capability_wait_seconds: float = Field(
+        default=900.0, gt=0, description="how long a sandbox worker waits for one call's "
+        "answer (queue wait + provider time) before it stops the run fail-closed")
+    local_latency: float = Field(
+        default=0.0, ge=0, description="simulated latency of the local provider (tests and "
+        "benchmarks only; ignored by real providers)")

@@ -1,0 +1,91 @@
+"""The dispatcher (``-Q dispatch``): check → annotate → gate, before anything is spent.
+
+It runs the pre-spend half of the pipeline (``Pipeline.admit``). A refused
+candidate is finished here: its violations or gate counterexamples are stored
+with its revision and returned, and it never reaches a sandbox worker. An
+accepted one is numbered and handed to the ``sandbox`` queue as one job.
+
+The answer (also kept by the job lease, so a redelivery does not number a
+second revision) is ``{job_id, run_id, accepted, revision, report | error}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from broker.envelope import Envelope
+from broker.errors import ReviseError
+from orchestrator.pipeline import Admitted, Pipeline
+from workers.app import ReviseTask, app
+from workers.context import WorkerContext
+from workers.lease import Verdict
+from workers.routing import DISPATCH_TASK, SANDBOX_TASK
+
+_limits = app.queue_settings
+
+
+def sandbox_task_id(job_id: str) -> str:
+    return f"{job_id}/sandbox"
+
+
+@app.task(name=DISPATCH_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+          time_limit=_limits.dispatch_time_limit)
+def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
+    ctx = self.context
+    job_id = self.request.id
+    grant = ctx.lease.begin(job_id, wait=ctx.queue.lease_seconds * 1.5)
+    if grant.verdict is Verdict.DONE:
+        return grant.answer
+    if grant.verdict is Verdict.DUPLICATE:
+        found = ctx.lease.wait_answer(job_id, ctx.queue.dispatch_time_limit)
+        return found[0] if found else _answer(job_id, job, error={
+            "type": "AttemptInFlight", "identity": None,
+            "message": f"job {job_id} is still being dispatched by {grant.holder}"})
+    if grant.verdict is Verdict.GIVE_UP:
+        answer = _answer(job_id, job, error={
+            "type": "DispatchFailed", "identity": None,
+            "message": f"gave up after {grant.starts - 1} deliveries: the dispatcher died "
+                       "each time"})
+        ctx.lease.finish(grant, answer)
+        return answer
+    try:
+        with ctx.lease.hold(grant):
+            answer = _admit(ctx, job_id, job)
+    except BaseException:
+        ctx.lease.release(grant)
+        raise
+    ctx.lease.finish(grant, answer)
+    return answer
+
+
+def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:
+    # The dispatcher never starts a sandbox or calls a provider: no runner, no broker.
+    pipeline = Pipeline(store=ctx.store, broker_for=None, runner=None,  # type: ignore[arg-type]
+                        runs_dir=ctx.settings.runs_dir, settings=ctx.settings)
+    try:
+        envelope = Envelope.model_validate(job["envelope"])
+        admitted = pipeline.admit(job["run_id"], job["script"], job["args"], envelope)
+    except ReviseError as exc:
+        return _answer(job_id, job, error=exc.to_json())
+    if admitted.prepared is None:
+        return _answer(job_id, job, revision=admitted.revision, report=admitted.report)
+    _enqueue(ctx, job_id, admitted, job["envelope"])
+    return _answer(job_id, job, revision=admitted.revision, accepted=True)
+
+
+def _enqueue(ctx: WorkerContext, job_id: str, admitted: Admitted,
+             envelope_wire: dict[str, Any]) -> None:
+    ctx.store.add_event(admitted.run_id, "queued", f"revision {admitted.revision} queued for "
+                        "a sandbox worker", revision=admitted.revision, data={"job_id": job_id})
+    app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job_id),
+                  queue=ctx.routing.queue("sandbox"), args=[{
+                      "job_id": job_id, "run_id": admitted.run_id,
+                      "revision": admitted.revision, "script": admitted.source.text,
+                      "args_text": admitted.args_text, "envelope": envelope_wire}])
+
+
+def _answer(job_id: str, job: dict[str, Any], *, accepted: bool = False,
+            revision: int | None = None, report: dict[str, Any] | None = None,
+            error: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"job_id": job_id, "run_id": job["run_id"], "accepted": accepted,
+            "revision": revision, "report": report, "error": error}

@@ -1,0 +1,218 @@
+"""Per-job leases in Redis: at most one live copy of a job, a bounded number of starts.
+
+Celery over Redis delivers at least once. A job that outlives the visibility
+timeout is delivered again while the first copy still runs, and a job whose
+worker dies comes back (``task_reject_on_worker_lost``), possibly forever.
+``JobLease.begin(job_id)`` decides what a delivery does:
+
+* ``DONE``       the job already finished; its stored answer is returned again.
+* ``DUPLICATE``  a live holder is running it; this delivery is a no-op.
+* ``RUN``        this delivery holds the lease (first start, or a takeover from a
+                 dead holder) and runs the job; ``finish`` stores the answer.
+* ``GIVE_UP``    the job was started ``max_deliveries`` times and never finished
+                 (its worker keeps dying): the caller records a visible failure.
+
+The holder token is ``broker.owner.current_owner()`` (host, pid, process start,
+thread): on the same host a dead holder is seen at once; on another host the
+lease expires ``ttl`` seconds after its last renewal. A holder renews the lease
+every ``ttl / 3`` from a background thread for as long as the job runs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import redis
+
+from broker.owner import current_owner, owner_alive
+
+log = logging.getLogger("revise.lease")
+
+_RETAIN_SECONDS = 24 * 3600  # how long the answer and the start count are kept
+
+# KEYS[1] lease; ARGV[1] expected holder, ARGV[2] new holder ('' = delete), ARGV[3] ttl ms
+_SWAP = """
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then redis.call('DEL', KEYS[1])
+else redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3]) end
+return 1
+"""
+
+
+class Verdict(StrEnum):
+    RUN = "run"
+    DUPLICATE = "duplicate"
+    DONE = "done"
+    GIVE_UP = "give_up"
+
+
+@dataclass(frozen=True)
+class Grant:
+    verdict: Verdict
+    job_id: str
+    starts: int = 0  # how many times the job was started, this start included
+    holder: str | None = None
+    answer: Any = None
+
+
+class JobLease:
+    def __init__(self, client: redis.Redis, *, ttl: float, max_deliveries: int,
+                 prefix: str = "revise:job:") -> None:
+        self._redis = client
+        self._ttl_ms = int(ttl * 1000)
+        self.max_deliveries = max_deliveries
+        self._prefix = prefix
+        self._swap = client.register_script(_SWAP)
+
+    def _key(self, job_id: str, part: str) -> str:
+        return f"{self._prefix}{job_id}:{part}"
+
+    # ---- deciding ------------------------------------------------------------------------
+
+    def begin(self, job_id: str, *, wait: float = 0.0) -> Grant:
+        """Decide this delivery; wait up to ``wait`` s for a holder whose liveness is unknown."""
+        me = current_owner()
+        deadline = time.monotonic() + wait
+        while True:
+            done = self.answer(job_id)
+            if done is not None:
+                return Grant(Verdict.DONE, job_id, answer=done[0])
+            lease = self._key(job_id, "lease")
+            if self._redis.set(lease, me, px=self._ttl_ms, nx=True):
+                return self._start(job_id, me)
+            holder = self._redis.get(lease)
+            if holder is None:
+                continue  # expired or released between the two calls
+            holder = holder.decode()
+            alive = owner_alive(holder)
+            if alive is False and self._swap(keys=[lease], args=[holder, me, self._ttl_ms]):
+                log.warning("job %s: holder %s is dead; taking the job over", job_id, holder)
+                return self._start(job_id, me)
+            if alive is True or time.monotonic() >= deadline:
+                self._redis.incr(self._key(job_id, "duplicates"))
+                self._redis.expire(self._key(job_id, "duplicates"), _RETAIN_SECONDS)
+                return Grant(Verdict.DUPLICATE, job_id, holder=holder)
+            time.sleep(min(0.5, self._ttl_ms / 4000))
+
+    def _start(self, job_id: str, me: str) -> Grant:
+        starts_key = self._key(job_id, "starts")
+        with self._redis.pipeline(transaction=True) as pipe:
+            pipe.incr(starts_key)
+            pipe.expire(starts_key, _RETAIN_SECONDS)
+            starts = int(pipe.execute()[0])
+        verdict = Verdict.GIVE_UP if starts > self.max_deliveries else Verdict.RUN
+        return Grant(verdict, job_id, starts=starts, holder=me)
+
+    # ---- holding and finishing -----------------------------------------------------------
+
+    def hold(self, grant: Grant) -> _Renewal:
+        """Context manager that renews ``grant``'s lease while the job runs."""
+        return _Renewal(self, grant)
+
+    def renew(self, grant: Grant) -> bool:
+        lease = self._key(grant.job_id, "lease")
+        return bool(self._swap(keys=[lease], args=[grant.holder, grant.holder, self._ttl_ms]))
+
+    def finish(self, grant: Grant, answer: Any) -> None:
+        """Store the job's answer (later deliveries get DONE) and release the lease."""
+        done = self._key(grant.job_id, "done")
+        self._redis.set(done, json.dumps(answer, default=str), ex=_RETAIN_SECONDS)
+        self.release(grant)
+
+    def release(self, grant: Grant) -> None:
+        self._swap(keys=[self._key(grant.job_id, "lease")], args=[grant.holder, "", 0])
+
+    @contextmanager
+    def exclusive(self, key: str, timeout: float) -> Iterator[None]:
+        """Hold ``key`` alone while the block runs; wait (up to ``timeout``) for a live holder.
+
+        Broker workers take it per call identity: two deliveries of one call then
+        meet the run store one after the other, and the second replays the first's
+        commit. (The store's attempt claim alone leaves a window: a duplicate that
+        read "no slot" just before the first committed could claim a new attempt
+        just after.) After ``timeout`` the block runs anyway, under the claim alone.
+        """
+        me = current_owner()
+        lease = self._key(key, "lease")
+        deadline = time.monotonic() + timeout
+        delay = 0.005
+        while not self._redis.set(lease, me, px=self._ttl_ms, nx=True):
+            holder = self._redis.get(lease)
+            if holder is not None and owner_alive(holder.decode()) is False and self._swap(
+                    keys=[lease], args=[holder.decode(), me, self._ttl_ms]):
+                break
+            if time.monotonic() >= deadline:
+                log.warning("%s: still held by %s after %.0f s; going on under the store's "
+                            "claim alone", key, holder, timeout)
+                yield
+                return
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.1)
+        grant = Grant(Verdict.RUN, key, holder=me)
+        try:
+            with self.hold(grant):
+                yield
+        finally:
+            self.release(grant)
+
+    def answer(self, job_id: str) -> tuple[Any] | None:
+        """``(answer,)`` once the job finished, else None."""
+        raw = self._redis.get(self._key(job_id, "done"))
+        return None if raw is None else (json.loads(raw),)
+
+    def wait_answer(self, job_id: str, timeout: float) -> tuple[Any] | None:
+        deadline = time.monotonic() + timeout
+        delay = 0.02
+        while True:
+            found = self.answer(job_id)
+            if found is not None or time.monotonic() >= deadline:
+                return found
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def starts(self, job_id: str) -> int:
+        return int(self._redis.get(self._key(job_id, "starts")) or 0)
+
+    def duplicates(self, job_id: str) -> int:
+        """Deliveries that found the job running elsewhere and did nothing."""
+        return int(self._redis.get(self._key(job_id, "duplicates")) or 0)
+
+    def holder(self, job_id: str) -> str | None:
+        raw = self._redis.get(self._key(job_id, "lease"))
+        return None if raw is None else raw.decode()
+
+
+class _Renewal:
+    def __init__(self, lease: JobLease, grant: Grant) -> None:
+        self._lease = lease
+        self._grant = grant
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, daemon=True,
+                                        name=f"lease-{grant.job_id}")
+
+    def _beat(self) -> None:
+        interval = self._lease._ttl_ms / 3000
+        while not self._stop.wait(interval):
+            try:
+                if not self._lease.renew(self._grant):
+                    log.error("job %s: lease lost to another holder; the store's attempt "
+                              "claim still keeps calls from being paid twice",
+                              self._grant.job_id)
+                    return
+            except redis.RedisError as exc:
+                log.warning("job %s: lease renewal failed: %s", self._grant.job_id, exc)
+
+    def __enter__(self) -> _Renewal:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()

@@ -1,0 +1,139 @@
+"""Sandbox workers (``-Q sandbox``): run an accepted candidate in its sandbox.
+
+The pipeline's spending half (``Pipeline.execute``) runs here with a
+``RemoteBroker``: every RPC frame from the sandbox becomes a capability task on
+the ``capabilities`` queue and its answer is written back to the sandbox.
+
+No deadlock: a sandbox job waits only on capability tasks, and sandbox workers
+never consume the ``capabilities`` queue; broker workers are separate processes
+that never wait on queued work. All sandbox slots blocked on calls still leave
+every capability task a worker to run on (see ``workers.remote``).
+
+Redelivery: the job lease makes a duplicate of a running job a no-op
+(``Ignore``: acknowledged, no result written over the running copy's), lets a
+redelivery after a crash take over (committed identities replay, nothing is
+paid twice) and fails the revision visibly after ``max_deliveries`` starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from celery.exceptions import Ignore
+
+from broker.envelope import Envelope
+from broker.errors import ReviseError, SandboxError
+from broker.records import RunStatus
+from orchestrator.pipeline import Admitted, Pipeline, empty_report
+from orchestrator.source import decode_source
+from workers.app import ReviseTask, app
+from workers.context import WorkerContext
+from workers.lease import Grant, Verdict
+from workers.remote import RemoteBroker
+from workers.routing import SANDBOX_TASK
+
+log = logging.getLogger("revise.workers.sandbox")
+
+_limits = app.queue_settings
+
+
+@app.task(name=SANDBOX_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
+          time_limit=_limits.sandbox_time_limit,
+          soft_time_limit=max(1.0, _limits.sandbox_time_limit - 30))
+def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
+    ctx = self.context
+    grant = ctx.lease.begin(self.request.id, wait=ctx.queue.lease_seconds * 1.5)
+    if grant.verdict is Verdict.DONE:
+        return grant.answer
+    if grant.verdict is Verdict.DUPLICATE:
+        log.info("job %s is running in %s; this delivery is a duplicate", self.request.id,
+                 grant.holder)
+        raise Ignore()
+    if grant.verdict is Verdict.GIVE_UP:
+        report = _give_up(ctx, job, grant)
+    else:
+        report = _run_held(ctx, job, grant)
+    answer = {"run_id": job["run_id"], "revision": job["revision"],
+              "status": report["status"], "deliveries": grant.starts}
+    ctx.lease.finish(grant, answer)
+    return answer
+
+
+def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str, Any]:
+    if grant.starts > 1:
+        _reap(ctx.settings.runs_dir / job["run_id"], job["revision"], grant.starts)
+        ctx.store.add_event(job["run_id"], "redelivered", f"delivery {grant.starts} takes the "
+                            "job over; committed calls replay", revision=job["revision"])
+    try:
+        with ctx.lease.hold(grant):
+            return _run(ctx, job, grant.starts)
+    except BaseException as exc:
+        # Leave a visible state, then let Celery see the error; the lease is released
+        # so an operator's resubmission is not mistaken for a duplicate.
+        message = exc.message if isinstance(exc, ReviseError) else repr(exc)
+        _fail(ctx, job, f"the sandbox job failed: {message}")
+        ctx.lease.release(grant)
+        raise
+
+
+def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> dict[str, Any]:
+    envelope = Envelope.model_validate(job["envelope"])
+    pipeline = Pipeline(
+        store=ctx.store, runner=ctx.runner, runs_dir=ctx.settings.runs_dir,
+        settings=ctx.settings,
+        broker_for=lambda env: RemoteBroker(app=app, routing=ctx.routing, envelope=env,
+                                            job_id=job["job_id"],
+                                            wait_seconds=ctx.queue.capability_wait_seconds,
+                                            delivery=delivery))
+    run_id, revision = job["run_id"], job["revision"]
+    source = decode_source(job["script"])
+    report = empty_report(run_id)
+    report["revision"] = revision
+    # Gate again against the prefix as it is now (pure and cheap): a concurrent
+    # revision of the same run may have committed since the dispatcher looked.
+    prepared = pipeline.prepare(run_id, source, report)
+    if prepared is None:
+        ctx.store.finish_revision(run_id, revision, "stopped", report)
+        return report
+    admitted = Admitted(run_id, revision, source, job["args_text"], prepared, report)
+    return pipeline.execute(admitted, envelope, workdir=f"rev-{revision}-d{delivery}")
+
+
+def _give_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str, Any]:
+    return _fail(ctx, job, f"gave up after {grant.starts - 1} deliveries: the sandbox worker "
+                 "died each time (memory limit, crash or kill); committed calls are kept and "
+                 "replay when the run is submitted again")
+
+
+def _fail(ctx: WorkerContext, job: dict[str, Any], message: str) -> dict[str, Any]:
+    run_id, revision = job["run_id"], job["revision"]
+    report = empty_report(run_id)
+    report.update(revision=revision, status="failed",
+                  error=SandboxError(message).to_json())
+    ctx.store.add_event(run_id, "sandbox_failed", message, revision=revision)
+    ctx.store.finish_revision(run_id, revision, "failed", report)
+    ctx.store.set_run_status(run_id, RunStatus.FAILED, message[:500])
+    return report
+
+
+def _reap(run_dir: Path, revision: int, starts: int) -> None:
+    """Kill process sandboxes left by earlier deliveries of this job (they outlive their
+    worker: they run in their own session). Docker sandboxes are ended by their runner's
+    own timeout."""
+    stale = [str(run_dir / f"rev-{revision}-d{n}") for n in range(1, starts)]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if any(path + "/" in cmdline for path in stale):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
