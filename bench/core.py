@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import statistics
 import sys
 import tempfile
 import time

@@ -26,7 +26,6 @@ from broker.records import (
     SlotRecord,
 )
 
-
 _NOT_CLAIMABLE = OPEN_ATTEMPT_STATUSES | {AttemptStatus.SUCCEEDED, AttemptStatus.RESOLVED}
 
 

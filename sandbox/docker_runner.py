@@ -49,7 +49,7 @@ class _LiveContainers:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the SIGTERM handler may re-enter on this thread
         self._live: dict[str, DockerSandbox] = {}
         self._installed = False
 
@@ -105,7 +105,7 @@ class DockerSandbox:
         self._client = client
         self.container_id = container_id
         self._profile = profile
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # the SIGTERM handler may re-enter on this thread
         self._exit_code: int | None = None
         self._oom_killed = False
         self._removed = False
