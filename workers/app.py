@@ -17,9 +17,10 @@ from celery import Celery, Task
 from broker.settings import Settings
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
-from workers.routing import Routing
+from workers.routing import SWEEP_TASK, Routing
 
-TASK_MODULES = ("workers.dispatcher", "workers.sandbox_worker", "workers.capability")
+TASK_MODULES = ("workers.dispatcher", "workers.sandbox_worker", "workers.capability",
+                "workers.reconciler", "workers.admin")
 
 
 class ReviseCelery(Celery):
@@ -68,7 +69,8 @@ def celery_config(settings: Settings, queue: WorkerSettings, routing: Routing) -
         "result_expires": 7 * 24 * 3600,
         "worker_send_task_events": True,  # Flower sees task flow without `enable_events`
         "task_send_sent_event": True,
-        "beat_schedule": {},  # the reconcile schedule is registered by its own module
+        "beat_schedule": {"sweep-unresolved-attempts": {
+            "task": SWEEP_TASK, "schedule": queue.reconcile_interval}},
     }
 
 

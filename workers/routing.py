@@ -15,6 +15,8 @@ from kombu import Queue
 DISPATCH_TASK = "revise.dispatch"
 SANDBOX_TASK = "revise.sandbox"
 CAPABILITY_TASK = "revise.capability"
+SWEEP_TASK = "revise.reconcile.sweep"
+RECONCILE_TASK = "revise.reconcile.attempt"
 
 ROLES = ("dispatch", "sandbox", "capabilities", "reconcile")
 

@@ -64,22 +64,27 @@ class Stack:
 
     # ---- processes ------------------------------------------------------------------------
 
-    def _spawn(self, command: list[str] | str, log_name: str) -> subprocess.Popen[bytes]:
+    def _spawn(self, command: list[str] | str, log_name: str,
+               env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         with open(self.tmp_path / f"{log_name}.log", "wb") as log:  # the child keeps its fd
-            proc = subprocess.Popen(command, cwd=ROOT, env=self.env, stdout=log,
+            proc = subprocess.Popen(command, cwd=ROOT, env={**self.env, **(env or {})},
+                                    stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     shell=isinstance(command, str))
         self.procs.append(proc)
         return proc
 
     def worker(self, role: str, *, pool: str = "threads", concurrency: int = 4,
-               index: int = 0) -> subprocess.Popen[bytes]:
+               index: int = 0, env: dict[str, str] | None = None,
+               beat: bool = False) -> subprocess.Popen[bytes]:
         name = f"{role}{index}-{self.prefix}@{HOST}"
         self.names.append(name)
         return self._spawn([sys.executable, "-m", "celery", "-A", "workers.app", "worker",
                             "-Q", self.client.app.routing.queue(role), "-n", name,
                             "--pool", pool, "-c", str(concurrency), "-l", "INFO",
-                            "--without-mingle", "--without-gossip"], f"{role}{index}")
+                            "--without-mingle", "--without-gossip",
+                            *(["-B", "-s", str(self.tmp_path / f"beat{index}")] if beat
+                              else [])], f"{role}{index}", env)
 
     def procfile(self, flower_port: int) -> subprocess.Popen[bytes]:
         self.env["REVISE_FLOWER_PORT"] = str(flower_port)

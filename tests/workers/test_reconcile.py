@@ -1,0 +1,73 @@
+"""Issue 6 under Celery: a broker worker killed mid-call, the reconciler, the operator task."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import pytest
+
+from broker.envelope import Envelope
+from broker.records import AttemptStatus
+from workers.routing import RECONCILE_TASK
+
+from .conftest import script
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+
+def _wait_for(check, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _attempts(stack, status: AttemptStatus):
+    return stack.store.list_attempts("run-crash", frozenset({status}))
+
+
+def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> None:
+    stack = make_stack(visibility_timeout=5, unacked_restore_seconds=1, reconcile_interval=1)
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=1)
+    doomed = stack.worker("capabilities", concurrency=2,
+                          env={"REVISE_CELERY_LOCAL_LATENCY": "60"})
+    stack.worker("reconcile", concurrency=1, beat=True)
+    stack.wait_ready()
+
+    handle = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash")
+    _wait_for(lambda: _attempts(stack, AttemptStatus.PENDING), 60, "the durable attempt")
+    os.killpg(doomed.pid, signal.SIGKILL)  # the broker worker dies inside the provider call
+    doomed.wait(10)
+
+    unresolved = _wait_for(lambda: _attempts(stack, AttemptStatus.UNRESOLVED), 30,
+                           "the reconciler marking the attempt")
+    assert str(unresolved[0].identity) == "orchestrate/#0@:0"
+    assert stack.store.get_run("run-crash").status == "blocked"
+    assert stack.events("run-crash", "attempt_unresolved")
+
+    stack.worker("capabilities", concurrency=2, index=1,
+                 env={"REVISE_CELERY_LOCAL_LATENCY": "0"})
+    report = handle.wait(90)  # the redelivered call task answers without a provider call
+    assert report["status"] == "stopped"
+    assert report["error"]["type"] == "AttemptUnresolved"
+    assert stack.provider_log() == []
+
+    decision = stack.client.app.send_task(
+        RECONCILE_TASK, args=["run-crash", "orchestrate/#0@:0"],
+        kwargs={"operator": "ana", "reason": "the provider has no record of it"}).get(30)
+    assert decision["decision"] == "abandoned"
+
+    again = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash").wait(90)
+    assert again["status"] == "succeeded"
+    assert again["calls"]["executed"] == 2
+    assert [line["identity"] for line in stack.provider_log()] == [
+        "orchestrate/#0@:0", "orchestrate/#1@:0"]
+    reconciled = stack.events("run-crash", "attempt_reconciled")
+    assert reconciled[0].data["operator"] == "ana"
