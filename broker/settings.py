@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
 from pathlib import Path
 
@@ -27,6 +28,10 @@ class OrphanPolicy(StrEnum):
     STOP = "stop"
 
 
+def _state_dir() -> Path:
+    return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "revise"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="REVISE_", extra="ignore")
 
@@ -38,6 +43,10 @@ class Settings(BaseSettings):
     celery_result_backend: str | None = None
     sandbox: SandboxKind = SandboxKind.AUTO
     sandbox_image: str = "revise-sandbox:latest"
+    sandbox_pin: Path = Field(
+        default_factory=lambda: _state_dir() / "sandbox-image.json",
+        description="where the built sandbox image id is pinned; one per machine, not per "
+        "HOME, because every HOME on the host runs the same image")
     ledger_policy: LedgerPolicy = LedgerPolicy.AUTO
     ledger_backend: str = Field(default="sql", description="sql | redis")
     orphan_policy: OrphanPolicy = OrphanPolicy.WARN

@@ -8,7 +8,7 @@ debootstrap from the host's own apt mirror.
 
 ``ensure_image`` is idempotent: an image whose ``revise.runtime-sha256`` label
 matches the current Dockerfile + runtime.py (and whose base is the wanted one)
-is reused without a build. Its id is pinned in ``$REVISE_HOME/sandbox-image.json``
+is reused without a build. Its id is pinned in ``settings.sandbox_pin``
 and ``verify_image`` refuses to run anything else.
 
 ``python -m sandbox.image [--base IMAGE|offline] [--force]`` builds with progress.
@@ -46,7 +46,6 @@ RUNTIME = SANDBOX_DIR / "runtime.py"
 OFFLINE = "offline"
 LABEL_SHA = "revise.runtime-sha256"
 LABEL_BASE = "revise.base-image"
-PIN_FILE = "sandbox-image.json"
 _FIX = "run `revise sandbox build` (or `python -m sandbox.image`)"
 _BUILD_TIMEOUT = 1800
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -81,7 +80,7 @@ def wanted_base(settings: Settings, base: str | None = None) -> str:
 
 
 def pin_path(settings: Settings) -> Path:
-    return Path(settings.home) / PIN_FILE
+    return Path(settings.sandbox_pin)
 
 
 def read_pin(settings: Settings) -> dict[str, Any] | None:
@@ -104,10 +103,10 @@ def _write_pin(settings: Settings, info: ImageInfo) -> None:
 
 @contextmanager
 def _build_lock(settings: Settings) -> Iterator[None]:
-    """Serialise builds from concurrent processes sharing one REVISE_HOME."""
-    home = Path(settings.home)
-    home.mkdir(parents=True, exist_ok=True)
-    with open(home / ".sandbox-image.lock", "w") as fh:
+    """Serialise builds from concurrent processes on this machine."""
+    pin = pin_path(settings)
+    pin.parent.mkdir(parents=True, exist_ok=True)
+    with open(pin.with_suffix(".lock"), "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
             yield

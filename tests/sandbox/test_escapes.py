@@ -1,0 +1,113 @@
+"""The container holds alone: classic escapes with the checker bypassed (test-only path)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.envelope import Envelope, SandboxLimits
+from broker.settings import SandboxKind
+from orchestrator.embedded import open_services
+from sandbox.acceptance import run_unchecked, script
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture
+def services(sandbox_settings, tmp_path: Path):
+    from sandbox.docker_runner import DockerRunner
+
+    settings = sandbox_settings.model_copy(update={"home": tmp_path / "home",
+                                                   "sandbox": SandboxKind.DOCKER})
+    opened = open_services(settings, runner=DockerRunner(settings))
+    yield opened
+    opened.close()
+
+
+def run(services, body: str, args: dict | None = None) -> dict:
+    envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=30))
+    return run_unchecked(services, "escape", script(body), args or {}, envelope)
+
+
+def provider_identities(services) -> list[str]:
+    path = services.settings.provider_log_path
+    import json
+
+    return [json.loads(line)["identity"] for line in path.read_text().splitlines()] \
+        if path.exists() else []
+
+
+def test_subclasses_walk_reaches_no_host_file(services, tmp_path: Path) -> None:
+    marker = tmp_path / "host-secret.txt"
+    marker.write_text("host only")
+    report = run(services, '''
+        walker = ().__class__.__base__.__subclasses__()
+        wrap = [c for c in walker if c.__name__ == "_wrap_close"][0]
+        system = wrap.__init__.__globals__["system"]
+        code = system("cat " + args["marker"] + " > /tmp/copied 2>/dev/null")
+        try:
+            copied = open("/tmp/copied").read()
+        except OSError:
+            copied = ""
+        return {"code": code, "copied": copied}
+        ''', {"marker": str(marker)})
+    assert report["result"] is not None, report["error"]
+    assert "host only" not in report["result"]["copied"]
+    assert provider_identities(services) == []
+
+
+def test_format_string_and_frame_walk_leak_nothing_outside(services) -> None:
+    report = run(services, '''
+        leaked = "{0.__init__.__globals__}".format(CapabilityError)
+        frame = imp("sys")._getframe()
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        return {"env": dict(os.environ), "frames": names, "has_nonce": "nonce" in leaked}
+        ''')
+    result = report["result"]
+    assert result is not None, report["error"]
+    assert not any(key.startswith("REVISE_") or "KEY" in key for key in result["env"])
+
+
+def test_forged_frames_with_a_stolen_nonce_only_make_admitted_calls(services) -> None:
+    report = run(services, '''
+        if args.get("never"):
+            await ctx.run("text.generate", {"prompt": "whitelisted"})
+        t = ctx._transport
+        good = {"kind": "call", "site": "orchestrate/if0/#0", "path": [], "occurrence": 0,
+                "capability": "text.generate", "payload": {"prompt": "stolen nonce"}}
+        first = await t.call(good)
+        forged = dict(good, capability="image.generate", occurrence=1)
+        await t.call(forged)
+        return "not stopped"
+        ''')
+    assert report["status"] == "stopped"
+    assert report["error"]["type"] == "RpcViolation"
+    admitted = {f"{i['site']}@{'.'.join(map(str, i['path']))}:{i['occurrence']}"
+                for i in report["identities"]}
+    assert set(provider_identities(services)) <= admitted
+    assert len(provider_identities(services)) == 1
+
+
+def test_socket_and_dns_reach_nothing(services) -> None:
+    report = run(services, '''
+        socket = imp("socket")
+        out = {}
+        for host, port in [("127.0.0.1", 5432), ("127.0.0.1", 6379), ("localhost", 2375)]:
+            try:
+                socket.create_connection((host, port), timeout=1).close()
+                out[f"{host}:{port}"] = "connected"
+            except OSError as exc:
+                out[f"{host}:{port}"] = type(exc).__name__
+        try:
+            out["dns"] = socket.gethostbyname("pypi.org")
+        except OSError as exc:
+            out["dns"] = type(exc).__name__
+        return out
+        ''')
+    assert report["result"] is not None, report["error"]
+    assert "connected" not in report["result"].values()
+    assert report["result"]["dns"] != "connected" and "." not in report["result"]["dns"]
