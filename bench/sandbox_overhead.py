@@ -1,0 +1,121 @@
+"""Sandbox benchmarks (issue 3): container start, RPC round trip, whole-job overhead.
+
+Run: python bench/sandbox_overhead.py [--jobs N] [--calls N]
+Needs a Docker engine and the sandbox image (`revise sandbox build`).
+Prints figures and ratios side by side; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from broker.envelope import Envelope
+from broker.settings import SandboxKind, Settings
+from orchestrator.embedded import open_services
+from sandbox.docker_runner import DockerRunner
+from sandbox.runner import ProcessRunner
+
+ONE_CALL = ('async def orchestrate(ctx, args):\n'
+            '    return await ctx.run("text.generate", {"prompt": args["p"]})\n')
+
+
+def _calls_script(n: int) -> str:
+    return ("async def orchestrate(ctx, args):\n"
+            f"    for i in range({n}):\n"
+            '        await ctx.run("text.generate", {"prompt": f"call {i}"})\n'
+            "    return 1\n")
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _first_rpc_ms(services, run_id: str) -> float:
+    """Sandbox start event to the first provider line, from the store and the log."""
+    events = {e.kind: e.created_at for e in services.store.list_events(run_id)}
+    log = services.settings.provider_log_path.read_text().splitlines()
+    first = [json.loads(line) for line in log if json.loads(line)["run_id"] == run_id][0]
+    from datetime import datetime
+
+    ts = datetime.fromisoformat(first["ts"])
+    return (ts - events["sandbox_start"]).total_seconds() * 1000
+
+
+def bench_runner(kind: str, jobs: int, calls: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(home=Path(tmp), sandbox=SandboxKind(kind))
+        runner = DockerRunner(settings) if kind == "docker" else ProcessRunner()
+        services = open_services(settings, runner=runner)
+        pipeline = services.pipeline()
+        job_ms, first_ms = [], []
+        for i in range(jobs):
+            start = time.perf_counter()
+            report = pipeline.run(f"job-{i}", ONE_CALL, {"p": f"job {i}"}, Envelope())
+            job_ms.append((time.perf_counter() - start) * 1000)
+            assert report["status"] == "succeeded", report["error"]
+            first_ms.append(_first_rpc_ms(services, f"job-{i}"))
+        start = time.perf_counter()
+        pipeline.run("many", _calls_script(calls), {}, Envelope())
+        many = (time.perf_counter() - start) * 1000
+        start = time.perf_counter()
+        replay = pipeline.run("many", _calls_script(calls), {}, Envelope())
+        replay_ms = (time.perf_counter() - start) * 1000
+        assert replay["calls"]["replayed"] == calls
+        services.close()
+    one = statistics.median(job_ms)
+    return {"job_p50": one, "job_p95": _pct(job_ms, 0.95), "first_rpc_p50": _pct(first_ms, .5),
+            "first_rpc_p95": _pct(first_ms, .95),
+            "per_replay_call": (replay_ms - one) / calls, "per_new_call": (many - one) / calls}
+
+
+def bench_in_process(calls: int) -> float:
+    """The same replay through Broker.dispatch directly, without any sandbox or RPC."""
+    from broker.dispatch import CallRequest
+    from broker.identity import Identity
+
+    with tempfile.TemporaryDirectory() as tmp:
+        services = open_services(Settings(home=Path(tmp)), runner=ProcessRunner())
+        broker = services.broker(Envelope())
+        services.store.ensure_run("direct")
+        requests = [CallRequest("direct", 1, Identity("orchestrate/for0/#0", (), i),
+                                "text.generate", {"prompt": f"call {i}"}, "fp")
+                    for i in range(calls)]
+        for request in requests:
+            broker.dispatch(request)
+        start = time.perf_counter()
+        for request in requests:
+            broker.dispatch(request)
+        per_call = (time.perf_counter() - start) * 1000 / calls
+        services.close()
+    return per_call
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--calls", type=int, default=100)
+    opts = parser.parse_args()
+    process = bench_runner("process", opts.jobs, opts.calls)
+    docker = bench_runner("docker", opts.jobs, opts.calls)
+    direct = bench_in_process(opts.calls)
+    print(f"{'':34}{'process':>12}{'docker':>12}{'docker/process':>16}")
+    for key, label in [("job_p50", "one-call job, p50 (ms)"), ("job_p95", "one-call job, p95"),
+                       ("first_rpc_p50", "start to first RPC, p50"),
+                       ("first_rpc_p95", "start to first RPC, p95"),
+                       ("per_new_call", "per new call (ms)"),
+                       ("per_replay_call", "per replay call (ms)")]:
+        print(f"{label:34}{process[key]:>12.2f}{docker[key]:>12.2f}"
+              f"{docker[key] / process[key]:>16.2f}")
+    print(f"replay hit without sandbox/RPC (Broker.dispatch): {direct:.3f} ms/call; "
+          f"RPC round trip adds {docker['per_replay_call'] - direct:.3f} ms in the container, "
+          f"{process['per_replay_call'] - direct:.3f} ms in the process sandbox")
+
+
+if __name__ == "__main__":
+    main()
