@@ -291,11 +291,13 @@ def test_start_refuses_an_unpinned_or_swapped_image(docker_client, sandbox_setti
     from broker.settings import Settings
 
     assert verify_image(docker_client, sandbox_settings) == read_pin(sandbox_settings)["image_id"]
-    unpinned = Settings(home=tmp_path / "empty-home")
+    unpinned = Settings(home=tmp_path / "empty-home",
+                        sandbox_pin=tmp_path / "empty-home" / "pin.json")
     with pytest.raises(SandboxUnavailable, match="revise sandbox build"):
         DockerRunner(unpinned, client=docker_client).start(make_job())
 
-    swapped = Settings(home=tmp_path / "swapped-home")
+    swapped = Settings(home=tmp_path / "swapped-home",
+                       sandbox_pin=tmp_path / "swapped-home" / "pin.json")
     pin_path(swapped).parent.mkdir(parents=True)
     record = dict(read_pin(sandbox_settings), image_id="sha256:" + "0" * 64)
     pin_path(swapped).write_text(json.dumps(record))
