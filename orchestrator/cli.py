@@ -3,31 +3,38 @@
 from __future__ import annotations
 
 import ast
-import json
 import logging
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from broker.envelope import Envelope, load_envelope
-from broker.errors import ConfigError, InputError, ReviseError
+from broker.errors import InputError
 from broker.identity import Identity
 from broker.records import AttemptStatus
 from broker.settings import Settings
 from orchestrator import render
 from orchestrator.certificate import verify
 from orchestrator.checker import check
+from orchestrator.cli_common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    JsonFlag,
+    RunId,
+    emit,
+    emit_json,
+    err,
+    guard,
+    out,
+    read_json,
+    read_script,
+)
 from orchestrator.gate import check_gate, frozen_sites
+from orchestrator.repair_cli import register as register_repair
 from orchestrator.sites import assign_sites
 from orchestrator.source import decode_source
-
-EXIT_OK = 0
-EXIT_FAILED = 1  # the run, check or gate said no
-EXIT_USAGE = 2  # bad input: a file, an option, a setting
+from orchestrator.submit_cli import register as register_submit
 
 app = typer.Typer(help="Revise: run model-written orchestration scripts and repair them "
                        "without paying twice.", no_args_is_help=True,
@@ -35,82 +42,26 @@ app = typer.Typer(help="Revise: run model-written orchestration scripts and repa
 sandbox_app = typer.Typer(help="Sandbox image management.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
 
-out = Console()
-err = Console(stderr=True)
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
-RunId = Annotated[str, typer.Option("--run-id", help="the run to create or repair")]
-
-
-def _emit(as_json: bool, data: Any, human: Callable[[Console], None]) -> None:
-    if as_json:
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
-    else:
-        human(out)
-
-
-def _read_script(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read script {path}: {exc.strerror}; pass an existing "
-                         "file") from None
-
-
-def _read_args(path: Path | None) -> Any:
-    if path is None:
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read args file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise InputError(f"args file {path} is not JSON ({exc}); write a JSON object such "
-                         "as {\"shots\": [\"a\", \"b\"]}") from None
-
-
 def _services():
     from orchestrator.embedded import open_services
 
     return open_services(Settings())
 
 
-def _fail(exc: ReviseError, as_json: bool) -> None:
-    code = EXIT_USAGE if isinstance(exc, InputError | ConfigError) else EXIT_FAILED
-    if as_json:
-        sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2) + "\n")
-    else:
-        err.print(f"[bold red]error[/]: {render.escape(exc.message)}")
-    raise typer.Exit(code)
-
-
-def _guard(fn: Callable[..., None]) -> Callable[..., None]:
-    """Turn every ReviseError into a clear message and an exit code, never a traceback."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-        except ReviseError as exc:
-            _fail(exc, bool(kwargs.get("as_json")))
-    return wrapper
-
-
 @app.command("check")
-@_guard
+@guard
 def check_cmd(script: Path, as_json: JsonFlag = False) -> None:
     """Run the static checker (R00-R12) on SCRIPT; exit 0 when valid."""
-    report = check(decode_source(_read_script(script)).text)
-    _emit(as_json, report.to_json(), lambda c: render.check_report(c, report))
+    report = check(decode_source(read_script(script)).text)
+    emit(as_json, report.to_json(), lambda c: render.check_report(c, report))
     raise typer.Exit(EXIT_OK if report.valid else EXIT_FAILED)
 
 
 @app.command("sites")
-@_guard
+@guard
 def sites_cmd(script: Path, as_json: JsonFlag = False) -> None:
     """List the structural callsites of SCRIPT with capability and fingerprint."""
-    source = decode_source(_read_script(script))
+    source = decode_source(read_script(script))
     try:
         tree = ast.parse(source.text)
     except SyntaxError as exc:
@@ -118,14 +69,14 @@ def sites_cmd(script: Path, as_json: JsonFlag = False) -> None:
     sites = assign_sites(tree)
     data = {"sites": [{"site": s.site, "capability": s.capability, "line": s.line,
                        "fingerprint": s.fingerprint} for s in sites]}
-    _emit(as_json, data, lambda c: render.sites(c, sites))
+    emit(as_json, data, lambda c: render.sites(c, sites))
 
 
 @app.command("gate")
-@_guard
+@guard
 def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
     """Check SCRIPT against the frozen prefix of run R (starts nothing)."""
-    source = decode_source(_read_script(script))
+    source = decode_source(read_script(script))
     try:
         tree = ast.parse(source.text)
     except SyntaxError as exc:
@@ -135,12 +86,12 @@ def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
         result = check_gate(frozen_sites(services.store.list_slots(run_id)), assign_sites(tree))
     finally:
         services.close()
-    _emit(as_json, result.to_json(), lambda c: render.gate(c, result))
+    emit(as_json, result.to_json(), lambda c: render.gate(c, result))
     raise typer.Exit(EXIT_OK if result.accepted else EXIT_FAILED)
 
 
 @app.command("run")
-@_guard
+@guard
 def run_cmd(
     script: Path, run_id: RunId,
     args: Annotated[Path | None, typer.Option("--args", help="JSON file with the args")] = None,
@@ -149,8 +100,8 @@ def run_cmd(
     as_json: JsonFlag = False,
 ) -> None:
     """Run SCRIPT as run R: the first run, or a repair candidate replayed on R's prefix."""
-    source = _read_script(script)
-    run_args = _read_args(args)
+    source = read_script(script)
+    run_args = read_json(args)
     env = load_envelope(envelope) if envelope else Envelope()
     services = _services()
     try:
@@ -160,12 +111,12 @@ def run_cmd(
         report = pipeline.run(run_id, source, run_args, env)
     finally:
         services.close()
-    _emit(as_json, report, lambda c: render.run_report(c, report))
+    emit(as_json, report, lambda c: render.run_report(c, report))
     raise typer.Exit(EXIT_OK if report["status"] == "succeeded" else EXIT_FAILED)
 
 
 @app.command("runs")
-@_guard
+@guard
 def runs_cmd(limit: int = 50, as_json: JsonFlag = False) -> None:
     """List runs, newest first."""
     services = _services()
@@ -176,11 +127,11 @@ def runs_cmd(limit: int = 50, as_json: JsonFlag = False) -> None:
     data = {"runs": [{"run_id": r.run_id, "status": str(r.status), "revisions": r.revisions,
                       "updated_at": r.updated_at.isoformat(), "detail": r.detail}
                      for r in runs]}
-    _emit(as_json, data, lambda c: render.runs(c, runs))
+    emit(as_json, data, lambda c: render.runs(c, runs))
 
 
 @app.command("show")
-@_guard
+@guard
 def show_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Show a run: revisions, committed identities, attempts, spend and events."""
     from orchestrator.inspect import describe_run
@@ -190,11 +141,11 @@ def show_cmd(run_id: str, as_json: JsonFlag = False) -> None:
         data = describe_run(services.store, run_id)
     finally:
         services.close()
-    _emit(as_json, data, lambda c: render.show(c, data))
+    emit(as_json, data, lambda c: render.show(c, data))
 
 
 @app.command("certificate")
-@_guard
+@guard
 def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Recompute run R's certificate from the store and list differences."""
     services = _services()
@@ -207,12 +158,12 @@ def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
         services.close()
     data = {"run_id": run_id, "revision": persisted.revision,
             "persisted_digest": persisted.digest, **cert.to_json()}
-    _emit(as_json, data, lambda c: render.certificate(c, data))
+    emit(as_json, data, lambda c: render.certificate(c, data))
     raise typer.Exit(EXIT_OK if not cert.differences else EXIT_FAILED)
 
 
 @app.command("orphans")
-@_guard
+@guard
 def orphans_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Committed identities that a later revision did not invoke."""
     services = _services()
@@ -220,12 +171,12 @@ def orphans_cmd(run_id: str, as_json: JsonFlag = False) -> None:
         orphans = services.store.list_orphans(run_id)
     finally:
         services.close()
-    _emit(as_json, {"run_id": run_id, "orphans": orphans},
+    emit(as_json, {"run_id": run_id, "orphans": orphans},
           lambda c: render.orphans(c, run_id, orphans))
 
 
 @app.command("attempts")
-@_guard
+@guard
 def attempts_cmd(
     unresolved: Annotated[bool, typer.Option("--unresolved", help="only attempts that need "
                                              "an operator")] = False,
@@ -241,11 +192,11 @@ def attempts_cmd(
     finally:
         services.close()
     data = {"attempts": [render.attempt_json(a) for a in attempts]}
-    _emit(as_json, data, lambda c: render.attempts(c, attempts))
+    emit(as_json, data, lambda c: render.attempts(c, attempts))
 
 
 @app.command("reconcile")
-@_guard
+@guard
 def reconcile_cmd(
     run_id: str,
     identity: Annotated[str, typer.Argument(help="SITE@PATH:OCCURRENCE, as `revise show` "
@@ -266,20 +217,20 @@ def reconcile_cmd(
         raise InputError("pass exactly one of --abandon or --result FILE")
     kwargs: dict[str, Any] = {}
     if result is not None:
-        kwargs["result"] = _read_args(result)
+        kwargs["result"] = read_json(result)
     services = _services()
     try:
         data = reconcile_attempt(services.store, run_id, Identity.parse(identity),
                                  operator=operator, reason=reason, **kwargs)
     finally:
         services.close()
-    _emit(as_json, data, lambda c: c.print(
+    emit(as_json, data, lambda c: c.print(
         f"{data['decision']} attempt #{data['attempt_id']} at {data['identity']}; "
         f"{data['open_attempts_left']} open attempt(s) left in {run_id}"))
 
 
 @app.command("demo")
-@_guard
+@guard
 def demo_cmd(as_json: JsonFlag = False) -> None:
     """The four-shot story: fail, repair, replay; then a relocation the gate stops."""
     from orchestrator.demo.run import run_demo
@@ -290,29 +241,26 @@ def demo_cmd(as_json: JsonFlag = False) -> None:
     finally:
         services.close()
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=2, default=str) + "\n")
+        emit_json(summary)
     raise typer.Exit(EXIT_OK if summary["ok"] else EXIT_FAILED)
 
 
 @sandbox_app.command("build")
-@_guard
+@guard
 def sandbox_build_cmd(as_json: JsonFlag = False) -> None:
     """Build (or confirm) the sandbox image; fast when it is current."""
     from sandbox.image import ensure_image
 
-    info = ensure_image(Settings(), progress=None if as_json else err.print)
-    _emit(as_json, {"tag": info.tag, "image_id": info.image_id},
+    def progress(line: str) -> None:  # build output is not markup
+        err.print(line, markup=False, highlight=False)
+
+    info = ensure_image(Settings(), progress=None if as_json else progress)
+    emit(as_json, {"tag": info.tag, "image_id": info.image_id},
           lambda c: c.print(f"sandbox image {info.tag} = {info.image_id}"))
 
 
-from orchestrator.submit_cli import register as register_submit  # noqa: E402
-
+register_repair(app)
 register_submit(app)
-
-
-from orchestrator.repair_cli import register  # noqa: E402
-
-register(app)
 
 
 def main() -> None:

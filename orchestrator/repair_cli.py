@@ -1,16 +1,11 @@
 """`revise repair` and `revise author`, registered on the main app by ``register(app)``.
 
-This module does not import ``orchestrator.cli``: the main app imports it at the
-end of its own module, and ``python -m orchestrator.cli`` would otherwise load
-the CLI twice in a cycle. The exit codes below equal the ones in cli.py.
+Shared helpers come from ``orchestrator.cli_common``; this module does not
+import ``orchestrator.cli``, which registers it.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,49 +14,24 @@ from rich.console import Console
 from rich.syntax import Syntax
 
 from broker.envelope import Envelope, load_envelope
-from broker.errors import ConfigError, InputError, ReviseError
+from broker.errors import InputError
 from broker.settings import Settings
 from orchestrator import render
+from orchestrator.cli_common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    JsonFlag,
+    emit_json,
+    guard,
+    read_json,
+)
+from orchestrator.cli_common import (
+    out as stdout,
+)
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
 ModelOpt = Annotated[str, typer.Option(
     "--model", help="recorded:PATH.jsonl, or a model name served by REVISE_MODEL_BASE_URL")]
 EnvelopeOpt = Annotated[Path | None, typer.Option("--envelope", help="JSON/YAML envelope")]
-
-
-def _console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr)
-
-
-def _guard(fn: Callable[..., None]) -> Callable[..., None]:
-    """Every ReviseError becomes a message naming the fix and an exit code, never a traceback."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        try:
-            fn(*args, **kwargs)
-        except ReviseError as exc:
-            code = EXIT_USAGE if isinstance(exc, InputError | ConfigError) else EXIT_FAILED
-            if kwargs.get("as_json"):
-                sys.stdout.write(json.dumps({"error": exc.to_json()}, indent=2) + "\n")
-            else:
-                _console(True).print(f"[bold red]error[/]: {render.escape(exc.message)}")
-            raise typer.Exit(code) from None
-    return wrapper
-
-
-def _read_json(path: Path | None) -> Any:
-    if path is None:
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read args file {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise InputError(f"args file {path} is not JSON ({exc}); write a JSON object such "
-                         "as {\"shots\": [\"a\", \"b\"]}") from None
 
 
 def _write(path: Path, text: str) -> None:
@@ -75,10 +45,6 @@ def _close(backend: Any) -> None:
     close = getattr(backend, "close", None)
     if callable(close):
         close()
-
-
-def _emit_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def _show_attempts(console: Console, result: Any) -> None:
@@ -118,7 +84,7 @@ def repair_cmd(
 
     settings = Settings()
     backend = backend_from_spec(model, settings)
-    run_args = _read_json(args) if args is not None else None
+    run_args = read_json(args) if args is not None else None
     env = load_envelope(envelope) if envelope else Envelope()
     services = open_services(settings)
     try:
@@ -136,9 +102,9 @@ def repair_cmd(
         _close(backend)
     ok = result.accepted and (report is None or report["status"] == "succeeded")
     if as_json:
-        _emit_json({**result.to_json(), "run": report})
+        emit_json({**result.to_json(), "run": report})
     else:
-        console = _console()
+        console = stdout
         _show_attempts(console, result)
         if result.candidate is None:
             console.print(f"[red]no admissible candidate[/] in {result.rewrites} rewrite(s); "
@@ -175,9 +141,9 @@ def author_cmd(
     if out is not None and result.script:
         _write(out, result.script)
     if as_json:
-        _emit_json({**result.to_json(), "out": str(out) if out else None})
+        emit_json({**result.to_json(), "out": str(out) if out else None})
     else:
-        console = _console()
+        console = stdout
         if out is None and result.script:
             console.print(Syntax(result.script, "python"))
         render.check_report(console, result.report)
@@ -187,5 +153,5 @@ def author_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("repair")(_guard(repair_cmd))
-    app.command("author")(_guard(author_cmd))
+    app.command("repair")(guard(repair_cmd))
+    app.command("author")(guard(author_cmd))

@@ -9,28 +9,27 @@ from typing import Annotated
 
 import typer
 
+from broker.envelope import Envelope, load_envelope
+from broker.settings import Settings
+from orchestrator import render
+from orchestrator.cli_common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    JsonFlag,
+    RunId,
+    emit,
+    err,
+    guard,
+    read_json,
+    read_script,
+)
+
 EXIT_TIMEOUT = 3  # --wait gave up; the job keeps running
 
 
 def register(app: typer.Typer) -> None:
-    # Imported here: orchestrator.cli imports this module at its end.
-    from broker.envelope import Envelope, load_envelope
-    from broker.settings import Settings
-    from orchestrator import render
-    from orchestrator.cli import (
-        EXIT_FAILED,
-        EXIT_OK,
-        JsonFlag,
-        RunId,
-        _emit,
-        _guard,
-        _read_args,
-        _read_script,
-        err,
-    )
-
     @app.command("submit")
-    @_guard
+    @guard
     def submit_cmd(
         script: Path, run_id: RunId,
         args: Annotated[Path | None, typer.Option("--args", help="JSON file with the args")
@@ -46,15 +45,15 @@ def register(app: typer.Typer) -> None:
         """Queue SCRIPT as run R on the Celery deployment (same checks and result as run)."""
         from orchestrator.client import Client
 
-        source = _read_script(script)
-        run_args = _read_args(args)
+        source = read_script(script)
+        run_args = read_json(args)
         env = load_envelope(envelope) if envelope else Envelope()
         client = Client(Settings())
         try:
             handle = client.submit(source, run_args, env, run_id)
             if not wait:
                 data = {"job_id": handle.job_id, "run_id": run_id, "status": "queued"}
-                _emit(as_json, data, lambda c: c.print(
+                emit(as_json, data, lambda c: c.print(
                     f"queued job {handle.job_id} for run {run_id}; follow it with "
                     f"`revise show {run_id}`"))
                 raise typer.Exit(EXIT_OK)
@@ -65,5 +64,5 @@ def register(app: typer.Typer) -> None:
                 raise typer.Exit(EXIT_TIMEOUT) from None
         finally:
             client.close()
-        _emit(as_json, report, lambda c: render.run_report(c, report))
+        emit(as_json, report, lambda c: render.run_report(c, report))
         raise typer.Exit(EXIT_OK if report["status"] == "succeeded" else EXIT_FAILED)

@@ -15,6 +15,7 @@ set -euo pipefail
 LOG=${REVISE_DOCKERD_LOG:-/var/log/revise-dockerd.log}
 WAIT=${REVISE_ENGINE_WAIT:-60}
 LOCK=/run/revise-engine.lock
+LOG_OFFSET=0
 
 say() { printf 'engine: %s\n' "$*" >&2; }
 
@@ -30,7 +31,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 exec 9>"$LOCK"
-flock 9
+# Bounded: a holder that hangs must not wedge every later caller.
+if ! flock -w $((WAIT + 30)) 9; then
+    say "another engine.sh held $LOCK for $((WAIT + 30))s; checking the engine anyway"
+fi
 # Another invocation may have started the engine while we waited for the lock.
 if command -v docker >/dev/null 2>&1 && engine_up; then
     exit 0
@@ -40,8 +44,12 @@ if ! command -v dockerd >/dev/null 2>&1 || ! command -v docker >/dev/null 2>&1; 
     say "dockerd missing: installing docker.io"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update
-    apt-get install -y --no-install-recommends docker.io
+    # With recommends: cgroupfs-mount and apparmor matter on hosts without systemd.
+    apt-get install -y docker.io
 fi
+
+# The log lines this attempt wrote (the file also holds earlier attempts).
+attempt_log() { tail -c +$((LOG_OFFSET + 1)) "$LOG" 2>/dev/null | tail -n "${1:-15}"; }
 
 # Start dockerd with the given storage driver and wait for it; 0 when it answers.
 start_dockerd() {
@@ -50,7 +58,9 @@ start_dockerd() {
     {
         printf '\n=== %s revise engine.sh: dockerd --storage-driver=%s\n' "$(date -Is)" "$driver"
     } >>"$LOG"
-    nohup dockerd --storage-driver="$driver" >>"$LOG" 2>&1 </dev/null &
+    LOG_OFFSET=$(stat -c %s "$LOG")
+    # 9>&-: dockerd must not inherit the lock, or it would hold it for its lifetime.
+    nohup dockerd --storage-driver="$driver" >>"$LOG" 2>&1 </dev/null 9>&- &
     local pid=$!
     local deadline=$((SECONDS + WAIT))
     while [ "$SECONDS" -lt "$deadline" ]; do
@@ -59,14 +69,14 @@ start_dockerd() {
             return 0
         fi
         if ! kill -0 "$pid" 2>/dev/null; then
-            say "dockerd (storage driver $driver) exited; last log lines:"
-            tail -n 15 "$LOG" >&2
+            say "dockerd (storage driver $driver) exited; its log:"
+            attempt_log >&2
             return 1
         fi
         sleep 1
     done
-    say "dockerd (storage driver $driver) did not answer within ${WAIT}s; last log lines:"
-    tail -n 15 "$LOG" >&2
+    say "dockerd (storage driver $driver) did not answer within ${WAIT}s; its log:"
+    attempt_log >&2
     kill "$pid" 2>/dev/null || true
     wait "$pid" 2>/dev/null || true
     return 1
@@ -92,10 +102,13 @@ else
     start_dockerd overlay2 && exit 0
     # overlay2 needs an overlay-capable backing filesystem (not overlay-on-overlay,
     # not some nested container setups); vfs always works but copies every layer.
-    say "overlay2 failed; falling back to the vfs storage driver (slower, more disk)"
-    start_dockerd vfs && exit 0
+    # Any other failure (iptables, cgroups, permissions) would fail with vfs too.
+    if attempt_log 200 | grep -qiE 'graphdriver|overlay|storage.driver|backing file'; then
+        say "overlay2 is not usable here; falling back to the vfs storage driver (slower, more disk)"
+        start_dockerd vfs && exit 0
+    fi
 fi
 
-say "the Docker engine could not start; the exact error is in the lines above and in $LOG"
+say "the Docker engine could not start; the error is in the lines above (full log: $LOG)"
 docker info 2>&1 | tail -n 5 >&2 || true
 exit 1

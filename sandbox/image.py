@@ -227,7 +227,14 @@ def ensure_image(settings: Settings, *, progress: Progress | None = None,
             previous = _image_id(client, tag)
             base_ref = build_offline_base(say) if wanted == OFFLINE else wanted
             say(f"building {tag} on {base_ref}")
-            image_id = _build(client, tag, base_ref, digest, say)
+            try:
+                image_id = _build(client, tag, base_ref, digest, say)
+            except SandboxError as exc:
+                if wanted == OFFLINE:
+                    raise
+                raise SandboxError(
+                    f"{exc.message}; without a reachable registry build on the offline base "
+                    f"(unset REVISE_SANDBOX_BASE_IMAGE/BASE_IMAGE, or --base {OFFLINE})") from None
             info = ImageInfo(tag, image_id, base_ref, digest, built=True)
             say(f"built {tag} = {image_id} in {time.monotonic() - started:.1f}s")
             if previous and previous != image_id:

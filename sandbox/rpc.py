@@ -163,11 +163,19 @@ class RpcServer:
         self._respond(frame.seq, body)
 
     def _pending_requests(self) -> list[Path]:
-        names = [n for n in os.listdir(self.rpc_dir) if n.startswith("req-")]
-        return [self.rpc_dir / n for n in sorted(names)]
+        names = os.listdir(self.rpc_dir)
+        if len(names) > self.concurrency * 4 + 16:  # a script filling the host's disk
+            raise self._violation(f"{len(names)} files in the RPC directory; only frames "
+                                  "belong there")
+        return [self.rpc_dir / n for n in sorted(names) if n.startswith("req-")]
 
     def _pump(self, pool: ThreadPoolExecutor) -> None:
-        for path in self._pending_requests():
+        try:
+            pending = self._pending_requests()
+        except RpcViolation as exc:
+            self.stop = self.stop or exc
+            return
+        for path in pending:
             try:
                 frame = self._parse(path)
                 self._admit(frame)

@@ -1,0 +1,78 @@
+"""What every `revise` command module shares: exit codes, JSON output, error handling.
+
+Kept apart from ``orchestrator.cli`` so command modules registered on the app
+(repair, submit) can use it without importing the app module in a cycle.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from broker.errors import ConfigError, InputError, ReviseError
+from orchestrator import render
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # the run, check or gate said no
+EXIT_USAGE = 2  # bad input: a file, an option, a setting
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
+RunId = Annotated[str, typer.Option("--run-id", help="the run to create or repair")]
+
+out = Console()
+err = Console(stderr=True)
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def emit(as_json: bool, data: Any, human: Callable[[Console], None]) -> None:
+    if as_json:
+        emit_json(data)
+    else:
+        human(out)
+
+
+def guard(fn: Callable[..., None]) -> Callable[..., None]:
+    """Every ReviseError becomes a message naming the fix and an exit code, never a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except ReviseError as exc:
+            code = EXIT_USAGE if isinstance(exc, InputError | ConfigError) else EXIT_FAILED
+            if kwargs.get("as_json"):
+                emit_json({"error": exc.to_json()})
+            else:
+                err.print(f"[bold red]error[/]: {render.escape(exc.message)}")
+            raise typer.Exit(code) from None
+    return wrapper
+
+
+def read_json(path: Path | None, what: str = "args") -> Any:
+    if path is None:
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {what} file {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise InputError(f"{what} file {path} is not JSON ({exc}); write a JSON value such "
+                         "as {\"shots\": [\"a\", \"b\"]}") from None
+
+
+def read_script(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read script {path}: {exc.strerror}; pass an existing "
+                         "file") from None
