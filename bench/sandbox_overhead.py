@@ -12,6 +12,7 @@ import json
 import statistics
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from broker.envelope import Envelope
@@ -40,9 +41,7 @@ def _first_rpc_ms(services, run_id: str) -> float:
     """Sandbox start event to the first provider line, from the store and the log."""
     events = {e.kind: e.created_at for e in services.store.list_events(run_id)}
     log = services.settings.provider_log_path.read_text().splitlines()
-    first = [json.loads(line) for line in log if json.loads(line)["run_id"] == run_id][0]
-    from datetime import datetime
-
+    first = next(e for e in map(json.loads, log) if e["run_id"] == run_id)
     ts = datetime.fromisoformat(first["ts"])
     return (ts - events["sandbox_start"]).total_seconds() * 1000
 
