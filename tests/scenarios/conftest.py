@@ -53,23 +53,26 @@ def _runner(kind: str, settings: Settings):
     return DockerRunner(settings)
 
 
-@pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
+@pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker),
+                        pytest.param("process+postgresql", marks=pytest.mark.postgres)])
 def sandbox_kind(request: pytest.FixtureRequest) -> str:
+    """The sandbox, and the store when it is not the embedded SQLite default."""
     return request.param
 
 
 @pytest.fixture
-def make_harness(tmp_path: Path, sandbox_kind: str) -> Callable[..., Harness]:
+def make_harness(tmp_path: Path, sandbox_kind: str,
+                 request: pytest.FixtureRequest) -> Callable[..., Harness]:
     opened: list[Services] = []
+    kind, _, database = sandbox_kind.partition("+")
+    shared_url = request.getfixturevalue("postgres_url") if database == "postgresql" else None
 
-    def make(*, latency: Any = None, home: str | None = None, database_url: str | None = None,
-             **overrides: Any) -> Harness:
+    def make(*, latency: Any = None, home: str | None = None, **overrides: Any) -> Harness:
         """``home`` names a state directory; two harnesses on one home share the store."""
         settings = Settings(home=tmp_path / (home or f"home{len(opened)}"),
-                            database_url=database_url,
-                            sandbox=SandboxKind(sandbox_kind), **overrides)
+                            database_url=shared_url, sandbox=SandboxKind(kind), **overrides)
         services = open_services(settings, latency=latency)
-        services.runner = _runner(sandbox_kind, settings)
+        services.runner = _runner(kind, settings)
         opened.append(services)
         return Harness(services)
 
