@@ -16,6 +16,7 @@ from broker.providers.base import CallContext, ProviderResult
 
 class DryRunProvider:
     name = "dry-run"
+    sends_idempotency_key = False
 
     def __init__(self, artifacts: ArtifactStore | None = None) -> None:
         self.artifacts = artifacts

@@ -45,6 +45,7 @@ class _OpenAIAdapter:
     """Shared transport: auth header, idempotency key, error mapping, redaction."""
 
     name = "http"
+    sends_idempotency_key = True
 
     def __init__(self, *, base_url: str, api_key: SecretStr | str | None,
                  artifacts: ArtifactStore, timeout: float = 60.0,

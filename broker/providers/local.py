@@ -47,6 +47,7 @@ class LocalProvider:
     """Answers images/text capabilities deterministically; see module docstring."""
 
     name = "local"
+    sends_idempotency_key = False
 
     def __init__(self, artifacts: ArtifactStore, *, latency: Latency = 0.0) -> None:
         self.artifacts = artifacts

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -78,16 +79,20 @@ class LoggedProvider:
         self.log = log
         self.name = inner.name
 
-    def _provider_name(self, capability: Capability) -> str:
+    def _provider(self, capability: Capability) -> Provider:
         resolve = getattr(self.inner, "provider_for", None)
-        return resolve(capability).name if resolve else self.inner.name
+        return resolve(capability) if resolve else self.inner
 
     def execute(self, capability: Capability, payload: dict,
                 call: CallContext) -> ProviderResult:
+        provider = self._provider(capability)
+        # Whether the provider itself can deduplicate a retry of this call (the window of
+        # a crash between dispatch and commit is closed there, not only detected here).
+        covered = bool(getattr(provider, "sends_idempotency_key", False))
         entry: dict[str, Any] = {
             "run_id": call.run_id, "identity": call.identity, "capability": capability.name,
             "digest": payload_digest(payload), "idempotency_key": call.idempotency_key,
-            "provider": self._provider_name(capability),
+            "idempotency_covered": covered, "provider": provider.name,
         }
         try:
             result = self.inner.execute(capability, payload, call)
@@ -97,7 +102,7 @@ class LoggedProvider:
             raise
         self.log.append({**entry, "ts": _now(), "outcome": "ok", "status": None,
                          "error_code": None})
-        return result
+        return replace(result, usage={**result.usage, "idempotency_key_sent": covered})
 
 
 def _error_fields(exc: Exception) -> dict[str, Any]:

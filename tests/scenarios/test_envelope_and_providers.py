@@ -42,7 +42,10 @@ def test_unknown_model_404_then_repair_outside_the_call(make_harness, server) ->
     assert first["error"]["code"] == "model_not_found"
     assert first["calls"] == {"executed": 2, "succeeded": 1, "failed": 1, "replayed": 0,
                               "denied": 0}
-    committed = harness.services.store.list_slots("run-1")[0].result["artifact"]["id"]
+    committed_slot = harness.services.store.list_slots("run-1")[0]
+    committed = committed_slot.result["artifact"]["id"]
+    assert committed_slot.usage["idempotency_key_sent"] is True  # the HTTP API can dedupe
+    assert all(line["idempotency_covered"] for line in harness.provider_log())
     repair = harness.run("http_model_v2")
     assert repair["status"] == "succeeded"
     assert (repair["calls"]["replayed"], repair["calls"]["executed"]) == (1, 1)
@@ -100,6 +103,7 @@ def test_budget_denies_the_call_that_crosses_the_limit(harness: Harness) -> None
                                                             concurrency=1))
     assert report["status"] == "stopped"
     assert report["error"]["type"] == "BudgetExceeded"
+    assert not any(line["idempotency_covered"] for line in harness.provider_log())
     assert report["calls"]["executed"] == 3
     assert report["calls"]["denied"] >= 1
     assert len(harness.provider_log()) == 3
