@@ -6,7 +6,7 @@ import os
 from enum import StrEnum
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -63,6 +63,12 @@ class Settings(BaseSettings):
     model_base_url: str | None = None
     model_api_key: SecretStr | None = None
     model_name: str | None = None
+
+    @field_validator("home", "sandbox_pin")
+    @classmethod
+    def _absolute(cls, path: Path) -> Path:
+        """Sandboxes run elsewhere (another cwd, a container): paths must not be relative."""
+        return path.expanduser().absolute()
 
     @property
     def resolved_database_url(self) -> str:

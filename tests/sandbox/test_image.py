@@ -49,7 +49,7 @@ class FakeClient:
 def settings(tmp_path, monkeypatch) -> Settings:
     monkeypatch.delenv("REVISE_SANDBOX_BASE_IMAGE", raising=False)
     monkeypatch.delenv("BASE_IMAGE", raising=False)
-    return Settings(home=tmp_path / "home")
+    return Settings(home=tmp_path / "home", sandbox_pin=tmp_path / "pin" / "sandbox-image.json")
 
 
 def _current_image(image_id: str = "sha256:" + "a" * 64) -> FakeImage:
