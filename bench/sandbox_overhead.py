@@ -48,8 +48,9 @@ def _first_rpc_ms(services, run_id: str) -> float:
 
 def bench_runner(kind: str, jobs: int, calls: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(home=Path(tmp), sandbox=SandboxKind(kind))
-        runner = DockerRunner(settings) if kind == "docker" else ProcessRunner()
+        settings = Settings(home=Path(tmp), sandbox=SandboxKind(kind.split("-")[0]))
+        runner = ProcessRunner() if kind == "process" else DockerRunner(
+            settings, warm=2 if kind == "docker-warm" else 0)
         services = open_services(settings, runner=runner)
         pipeline = services.pipeline()
         job_ms, first_ms = [], []
@@ -67,6 +68,8 @@ def bench_runner(kind: str, jobs: int, calls: int) -> dict[str, float]:
         replay_ms = (time.perf_counter() - start) * 1000
         assert replay["calls"]["replayed"] == calls
         services.close()
+        if isinstance(runner, DockerRunner):
+            runner.close()
     one = statistics.median(job_ms)
     return {"job_p50": one, "job_p95": _pct(job_ms, 0.95), "first_rpc_p50": _pct(first_ms, .5),
             "first_rpc_p95": _pct(first_ms, .95),
@@ -102,15 +105,17 @@ def main() -> None:
     opts = parser.parse_args()
     process = bench_runner("process", opts.jobs, opts.calls)
     docker = bench_runner("docker", opts.jobs, opts.calls)
+    warm = bench_runner("docker-warm", opts.jobs, opts.calls)
     direct = bench_in_process(opts.calls)
-    print(f"{'':34}{'process':>12}{'docker':>12}{'docker/process':>16}")
+    print(f"{'':34}{'process':>10}{'docker':>10}{'warm':>10}{'docker/process':>16}"
+          f"{'cold/warm':>11}")
     for key, label in [("job_p50", "one-call job, p50 (ms)"), ("job_p95", "one-call job, p95"),
                        ("first_rpc_p50", "start to first RPC, p50"),
                        ("first_rpc_p95", "start to first RPC, p95"),
                        ("per_new_call", "per new call (ms)"),
                        ("per_replay_call", "per replay call (ms)")]:
-        print(f"{label:34}{process[key]:>12.2f}{docker[key]:>12.2f}"
-              f"{docker[key] / process[key]:>16.2f}")
+        print(f"{label:34}{process[key]:>10.2f}{docker[key]:>10.2f}{warm[key]:>10.2f}"
+              f"{docker[key] / process[key]:>16.2f}{docker[key] / warm[key]:>11.2f}")
     print(f"replay hit without sandbox/RPC (Broker.dispatch): {direct:.3f} ms/call; "
           f"RPC round trip adds {docker['per_replay_call'] - direct:.3f} ms in the container, "
           f"{process['per_replay_call'] - direct:.3f} ms in the process sandbox")

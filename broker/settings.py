@@ -43,6 +43,9 @@ class Settings(BaseSettings):
     celery_result_backend: str | None = None
     sandbox: SandboxKind = SandboxKind.AUTO
     sandbox_image: str = "revise-sandbox:latest"
+    sandbox_warm: int = Field(
+        default=0, ge=0, le=32, description="pre-started Docker sandboxes kept ready for jobs "
+        "with the default limits (one per job, never reused); worth it in long-lived workers")
     sandbox_pin: Path = Field(
         default_factory=lambda: _state_dir() / "sandbox-image.json",
         description="where the built sandbox image id is pinned; one per machine, not per "

@@ -194,13 +194,18 @@ class Pipeline:
     def _execute(self, run_id: str, revision: int, prepared: Prepared, args_text: str,
                  envelope: Envelope, broker: Broker, calls: _Calls, report: dict[str, Any],
                  workdir_name: str):
-        workdir = self.runs_dir / run_id / workdir_name
-        job_dir, rpc_dir = workdir / "job", workdir / "rpc"
-        shutil.rmtree(workdir, ignore_errors=True)
-        job_dir.mkdir(parents=True)
-        rpc_dir.mkdir()
-        rpc_dir.chmod(0o777)
         limits = envelope.sandbox
+        claim = getattr(self.runner, "claim", None)  # a pre-started (warm) sandbox, if any
+        warm = claim(limits) if claim is not None else None
+        if warm is not None:
+            job_dir, rpc_dir = warm.job_dir, warm.rpc_dir
+        else:
+            workdir = self.runs_dir / run_id / workdir_name
+            job_dir, rpc_dir = workdir / "job", workdir / "rpc"
+            shutil.rmtree(workdir, ignore_errors=True)
+            job_dir.mkdir(parents=True)
+            rpc_dir.mkdir()
+            rpc_dir.chmod(0o777)
         nonce = secrets.token_hex(16)
         (job_dir / "script.py").write_text(prepared.annotated.text, encoding="utf-8")
         (job_dir / "args.json").write_text(args_text, encoding="utf-8")

@@ -26,11 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from broker.envelope import SandboxLimits
 from broker.errors import SandboxError, SandboxUnavailable
 from broker.settings import Settings
 from sandbox.image import verify_image
 from sandbox.profile import LABEL_OWNER, LABEL_RUN, LABEL_SANDBOX, SANDBOX_UID, SandboxProfile
 from sandbox.runner import SandboxJob
+from sandbox.warm_pool import WarmPool
 
 log = logging.getLogger("revise.sandbox.docker")
 
@@ -220,11 +222,23 @@ class DockerRunner:
                  "dropped, no-new-privileges, Revise seccomp profile, memory/cpu/pids limits")
 
     def __init__(self, settings: Settings, *, client: Any = None,
-                 command: Sequence[str] | None = None) -> None:
-        """``command`` replaces the runtime command; tests use it to probe the profile."""
+                 command: Sequence[str] | None = None, warm: int = 0) -> None:
+        """``command`` replaces the runtime command; tests use it to probe the profile.
+        ``warm`` pre-starts that many containers (see ``sandbox.warm_pool``)."""
         self.settings = settings
         self._client = client
         self._command = tuple(command) if command is not None else None
+        self._pool: WarmPool | None = None
+        if warm > 0:
+            self._pool = WarmPool(self._cold_start, warm)
+
+    def claim(self, limits: SandboxLimits) -> SandboxJob | None:
+        """The directories of a pre-started sandbox for a job with ``limits``, if any."""
+        return self._pool.claim(limits) if self._pool is not None else None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
 
     @property
     def client(self) -> Any:
@@ -246,6 +260,13 @@ class DockerRunner:
         return profile
 
     def start(self, job: SandboxJob) -> DockerSandbox:
+        if self._pool is not None:
+            warm = self._pool.go(job)
+            if warm is not None:
+                return warm
+        return self._cold_start(job)
+
+    def _cold_start(self, job: SandboxJob) -> DockerSandbox:
         from docker.errors import DockerException
 
         image_id = verify_image(self.client, self.settings)

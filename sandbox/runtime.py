@@ -13,6 +13,7 @@ Usage: python3 -I -S -B runtime.py JOB_DIR RPC_DIR
   RPC_DIR/req-N.json   request frames (written atomically: temp file + rename)
   RPC_DIR/resp-N.json  response frames from the host
   RPC_DIR/result.json  the final outcome
+  RPC_DIR/go           written by the host when a pre-started (warm) sandbox gets its job
 """
 
 import asyncio
@@ -309,7 +310,19 @@ def _start_watchdog(seconds):
     timer.start()
 
 
+def _wait_for_job(rpc_dir, idle_seconds):
+    """A warm sandbox starts before its job exists: wait for the host's ``go``."""
+    go = os.path.join(rpc_dir, "go")
+    deadline = time.monotonic() + idle_seconds
+    while not os.path.exists(go):
+        if time.monotonic() > deadline:
+            os._exit(4)  # never claimed: the pool replaces us
+        time.sleep(0.002)
+
+
 def main(job_dir, rpc_dir):
+    if not os.path.exists(os.path.join(job_dir, "config.json")):
+        _wait_for_job(rpc_dir, 900)
     with open(os.path.join(job_dir, "config.json"), encoding="utf-8") as fh:
         config = json.load(fh)
     nonce_path = os.path.join(rpc_dir, "nonce")

@@ -14,7 +14,7 @@ log = logging.getLogger("revise.sandbox")
 def _docker_runner(settings: Settings) -> Runner:
     from sandbox.docker_runner import DockerRunner
 
-    return DockerRunner(settings)
+    return DockerRunner(settings, warm=settings.sandbox_warm)
 
 
 def docker_ready(settings: Settings) -> bool:
