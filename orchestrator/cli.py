@@ -105,10 +105,7 @@ def run_cmd(
     env = load_envelope(envelope) if envelope else Envelope()
     services = _services()
     try:
-        pipeline = services.pipeline()
-        if not as_json and pipeline.runner.kind == "process":
-            err.print(f"[yellow]warning[/]: {pipeline.runner.isolation}")
-        report = pipeline.run(run_id, source, run_args, env)
+        report = services.pipeline().run(run_id, source, run_args, env)
     finally:
         services.close()
     emit(as_json, report, lambda c: render.run_report(c, report))

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
 from broker.catalog import CATALOG
 from broker.errors import RunNotFound
-from broker.records import OPEN_ATTEMPT_STATUSES, AttemptStatus, SlotRecord
+from broker.records import OPEN_ATTEMPT_STATUSES, AttemptRecord, AttemptStatus, SlotRecord
 from broker.store import RunStore
 
 
@@ -18,6 +19,12 @@ def _summary(slot: SlotRecord) -> str:
         return f"{art.get('media_type')} {art.get('id', '')[:19]}… ({art.get('bytes')} B)"
     text = json.dumps(result, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _cost(attempts: Iterable[AttemptRecord]) -> float:
+    """Every dispatch attempt is paid, rejected ones included (as providers bill them)."""
+    return round(sum(CATALOG[a.capability].unit_price for a in attempts
+                     if a.capability in CATALOG), 6)
 
 
 def describe_run(store: RunStore, run_id: str) -> dict[str, Any]:
@@ -36,13 +43,13 @@ def describe_run(store: RunStore, run_id: str) -> dict[str, Any]:
         "spend": {
             "attempts": len(attempts),
             "succeeded": sum(1 for a in attempts if a.status is AttemptStatus.SUCCEEDED),
-            "cost": round(sum(CATALOG[a.capability].unit_price for a in attempts
-                              if a.capability in CATALOG), 6),
+            "cost": _cost(attempts),
             "replays": replays,
         },
         "revisions": [{"revision": r.revision, "status": r.status,
                        "source_digest": r.source_digest, "created_at": r.created_at.isoformat(),
                        "calls": (r.summary or {}).get("calls"),
+                       "cost": _cost(a for a in attempts if a.revision == r.revision),
                        "error": (r.summary or {}).get("error")} for r in revisions],
         "slots": [{"identity": str(s.identity), "capability": s.capability,
                    "revision": s.revision, "digest": s.digest, "cost": s.cost,

@@ -131,12 +131,13 @@ def show(c: Console, data: dict[str, Any]) -> None:
     spend = data["spend"]
     c.print(f"  spend: {spend['attempts']} provider attempts ({spend['succeeded']} succeeded), "
             f"cost {spend['cost']:.4f}; replays saved {spend['replays']} call(s)")
-    table = Table("rev", "status", "source", "executed", "replayed", "failed", "denied")
+    table = Table("rev", "status", "source", "executed", "replayed", "failed", "denied",
+                  "cost")
     for rev in data["revisions"]:
         calls = rev.get("calls") or {}
         table.add_row(str(rev["revision"]), _status(rev["status"]), rev["source_digest"][:12],
                       *(str(calls.get(k, 0)) for k in ("executed", "replayed", "failed",
-                                                      "denied")))
+                                                      "denied")), f"{rev['cost']:.4f}")
     c.print(table)
     slots = Table("committed identity", "capability", "rev", "result")
     for s in data["slots"]:

@@ -31,9 +31,17 @@ def docker_ready(settings: Settings) -> bool:
         return False
 
 
+def _process_runner(reason: str) -> Runner:
+    runner = ProcessRunner()
+    log.warning("%s: %s", reason, runner.isolation)
+    return runner
+
+
 def select_runner(settings: Settings) -> Runner:
+    """Docker when asked for (or, under auto, when ready); else the process sandbox,
+    with one warning that its isolation is weaker."""
     if settings.sandbox is SandboxKind.PROCESS:
-        return ProcessRunner()
+        return _process_runner("REVISE_SANDBOX=process")
     if settings.sandbox is SandboxKind.DOCKER:
         if not docker_ready(settings):
             raise SandboxUnavailable(
@@ -43,6 +51,4 @@ def select_runner(settings: Settings) -> Runner:
         return _docker_runner(settings)
     if docker_ready(settings):
         return _docker_runner(settings)
-    log.warning("no Docker engine or sandbox image: using the process sandbox (weaker "
-                "isolation)")
-    return ProcessRunner()
+    return _process_runner("no Docker engine or sandbox image")
