@@ -102,7 +102,7 @@ class Capability(BaseModel):
                 field=field) from None
         return payload
 
-    def schema_json(self) -> dict[str, Any]:
+    def input_schema(self) -> dict[str, Any]:
         return self.input_model.model_json_schema()
 
 

@@ -77,7 +77,8 @@ def annotate(text: str, tree: ast.Module | None = None) -> Annotated:
                     f"the computed site {site.site!r}; remove the `_site` argument",
                     site=site.site, line=site.line)
             continue
-        args = [*call.args, *[k for k in call.keywords if k.arg != SITE_KEYWORD]]
+        args: list[ast.expr | ast.keyword] = [
+            *call.args, *[k for k in call.keywords if k.arg != SITE_KEYWORD]]
         close = _to_index(lines, starts, call.end_lineno or call.lineno,
                           call.end_col_offset or 0) - 1
         if args:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import copy
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from broker.identity import sha256_hex
 
@@ -35,7 +36,7 @@ class Site:
     end_col: int
 
 
-def is_site_call(node: ast.AST) -> bool:
+def is_site_call(node: ast.AST) -> TypeGuard[ast.Call]:
     """``ctx.run(...)`` / ``ctx.race(...)`` on any receiver name (the checker pins it)."""
     return (
         isinstance(node, ast.Call)
@@ -46,7 +47,7 @@ def is_site_call(node: ast.AST) -> bool:
 
 
 def capability_of(call: ast.Call) -> str:
-    if call.func.attr == "race":  # type: ignore[union-attr]
+    if isinstance(call.func, ast.Attribute) and call.func.attr == "race":
         return "ctx.race"
     if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
         return call.args[0].value
@@ -97,7 +98,7 @@ def _direct_calls(node: ast.AST) -> list[ast.Call]:
         if isinstance(current, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
             continue
         if is_site_call(current):
-            found.append(current)  # type: ignore[arg-type]
+            found.append(current)
         stack.extend(ast.iter_child_nodes(current))
     return sorted(found, key=lambda c: (c.lineno, c.col_offset))
 

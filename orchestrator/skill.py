@@ -47,7 +47,7 @@ def _field(name: str, prop: Mapping[str, Any], required: bool) -> str:
 
 
 def capability_markdown(cap: Capability) -> str:
-    schema = cap.schema_json()
+    schema = cap.input_schema()
     required = set(schema.get("required", []))
     fields = "; ".join(_field(n, p, n in required)
                        for n, p in schema.get("properties", {}).items())

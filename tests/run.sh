@@ -36,6 +36,10 @@ bash sandbox/engine.sh
 say "building the sandbox image (fast when current)"
 revise sandbox build
 
+say "lint (ruff) and types of the core (mypy)"
+ruff check .
+mypy
+
 say "running the tests"
 export CI="${CI:-true}"
 python3 -m pytest -q -p no:cacheprovider "$@"

@@ -9,6 +9,7 @@ execution lands in ``$REVISE_HOME/provider-log.jsonl``.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import httpx
 
@@ -61,7 +62,7 @@ def build_provider(settings: Settings, artifacts: ArtifactStore, *,
         if not settings.provider_base_url:
             raise ConfigError("REVISE_PROVIDER=http needs REVISE_PROVIDER_BASE_URL, e.g. "
                               "https://api.openai.com/v1")
-        common = {"base_url": settings.provider_base_url,
+        common: dict[str, Any] = {"base_url": settings.provider_base_url,
                   "api_key": settings.provider_api_key, "artifacts": artifacts,
                   "timeout": settings.provider_timeout_seconds, "client": client}
         routes = {"images": OpenAIImagesProvider(**common),

@@ -96,7 +96,7 @@ def test_sites_and_orphans(revise) -> None:
 
 
 def test_bad_input_names_the_problem_without_a_trace(revise, tmp_path: Path) -> None:
-    code, out, _ = revise("run", str(tmp_path / "missing.py"), "--run-id", "X", "--json",
+    _, out, _ = revise("run", str(tmp_path / "missing.py"), "--run-id", "X", "--json",
                           code=2)
     assert "cannot read script" in out["error"]["message"]
     latin = tmp_path / "latin.py"
