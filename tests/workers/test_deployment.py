@@ -64,37 +64,6 @@ def test_core_scenario_through_the_queue_matches_embedded(make_stack, tmp_path) 
     assert [_shape(r) for r in reports] == [_shape(r) for r in _embedded(tmp_path)]
 
 
-# The path-shift story is left out: how many branches run before the stop is timing.
-STORIES = {
-    "e3": ["e3_v1", "e3_v2", "e3_v3"],
-    "divergence": ["payload_v1", "payload_v2"],
-    "ledger": ["loop3", "loop6"],
-    "orphans": ["shrink_v1", "shrink_v2"],
-    "key-order": ["keyorder_v1", "keyorder_v2"],
-}
-
-
-def test_every_core_scenario_through_the_queue_matches_embedded(make_stack, tmp_path) -> None:
-    stack = make_stack()
-    stack.worker("dispatch")
-    stack.worker("sandbox", pool="prefork", concurrency=2)
-    stack.worker("capabilities", concurrency=4)
-    stack.wait_ready()
-    settings = Settings(home=tmp_path / "embedded-stories", sandbox=SandboxKind.PROCESS)
-    services = open_services(settings, runner=ProcessRunner())
-    try:
-        pipeline = services.pipeline()
-        for story, names in STORIES.items():
-            queued = [stack.client.submit(script(n), {}, Envelope(), story).wait(60)
-                      for n in names]
-            embedded = [pipeline.run(story, script(n), {}, Envelope()) for n in names]
-            assert [_shape(r) for r in queued] == [_shape(r) for r in embedded], story
-    finally:
-        services.close()
-    embedded_lines = settings.provider_log_path.read_text().splitlines()
-    assert len(stack.provider_log()) == len(embedded_lines)
-
-
 def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -> None:
     stack = make_stack(local_latency=0.5)
     stack.worker("capabilities", concurrency=5, index=0)

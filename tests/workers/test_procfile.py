@@ -56,6 +56,56 @@ def test_revise_submit_wait_json_prints_the_run_json(make_stack, tmp_path) -> No
     assert report["certificate"]["differences"] == []
 
 
+# The path-shift story is left out: how many branches run before the stop is timing.
+STORIES = {
+    "fanout": ["fanout_v1", "fanout_repaired", "fanout_relocated"],
+    "e3": ["e3_v1", "e3_v2", "e3_v3"],
+    "divergence": ["payload_v1", "payload_v2"],
+    "ledger": ["loop3", "loop6"],
+    "orphans": ["shrink_v1", "shrink_v2"],
+    "key-order": ["keyorder_v1", "keyorder_v2"],
+}
+
+
+def _shape(report: dict) -> tuple:
+    return (report["status"], report["calls"], (report["error"] or {}).get("type"),
+            [c["kind"] for c in report["gate"]["counterexamples"]],
+            sorted((i["site"], tuple(i["path"]), i["outcome"]) for i in report["identities"]),
+            [o["identity"] for o in report["orphans"]])
+
+
+def test_every_core_scenario_via_revise_submit_matches_embedded(make_stack, tmp_path) -> None:
+    from broker.envelope import Envelope
+    from broker.settings import SandboxKind, Settings
+    from orchestrator.embedded import open_services
+    from sandbox.runner import ProcessRunner
+
+    stack = make_stack()
+    stack.procfile(free_port())
+    stack.wait_ready()
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"shots": ["a", "b", "c", "d"]}))
+    settings = Settings(home=tmp_path / "embedded", sandbox=SandboxKind.PROCESS)
+    services = open_services(settings, runner=ProcessRunner())
+    try:
+        pipeline = services.pipeline()
+        for story, names in STORIES.items():
+            for name in names:
+                done = subprocess.run(
+                    [sys.executable, "-m", "orchestrator.cli", "submit",
+                     str(SCRIPTS / f"{name}.py"), "--run-id", story, "--args", str(args),
+                     "--wait", "--timeout", "60", "--json"],
+                    cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=90)
+                queued = json.loads(done.stdout)
+                embedded = pipeline.run(story, (SCRIPTS / f"{name}.py").read_text(),
+                                        {"shots": ["a", "b", "c", "d"]}, Envelope())
+                assert done.returncode == (0 if embedded["status"] == "succeeded" else 1)
+                assert _shape(queued) == _shape(embedded), (story, name)
+    finally:
+        services.close()
+    assert len(stack.provider_log()) == len(settings.provider_log_path.read_text().splitlines())
+
+
 def test_flower_from_the_procfile_lists_our_workers_and_tasks(make_stack) -> None:
     port = free_port()
     stack = make_stack()
