@@ -9,6 +9,7 @@ and turns connectivity failures into ``StoreUnavailable`` (fail closed).
 from __future__ import annotations
 
 import random
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -489,7 +490,7 @@ def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:
         dbapi_conn.isolation_level = None
         cursor = dbapi_conn.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(cursor, busy_timeout_ms / 1000)
         cursor.execute("PRAGMA foreign_keys = ON")
         cursor.close()
 
@@ -501,6 +502,20 @@ def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def _enable_wal(cursor: Any, timeout: float) -> None:
+    """WAL is a property of the file; switching to it can fail with SQLITE_BUSY at once
+    (without the busy handler) when another process opens a new database at the same
+    moment, so retry until the timeout."""
+    deadline = time.monotonic() + timeout
+    while cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(0.01, 0.05))
 
 
 def _sqlstate(exc: DBAPIError) -> str | None:

@@ -147,3 +147,22 @@ def test_bad_payload_is_denied_naming_the_field(harness: Harness) -> None:
     assert report["error"]["type"] == "CapabilityDenied"
     assert "colour" in report["error"]["message"]
     assert harness.provider_log() == []
+
+
+def test_budget_max_cost_denies_the_call_that_would_overspend(harness: Harness) -> None:
+    report = harness.run("budget_fanout", envelope=Envelope(budget=Budget(max_cost=0.05),
+                                                            concurrency=1))
+    assert report["error"]["type"] == "BudgetExceeded"
+    assert "0.06" in report["error"]["message"]
+    assert len(harness.provider_log()) == 2  # 2 x 0.02 spent; the third would be 0.06
+
+
+def test_capability_needing_approval_is_denied_until_approved(harness: Harness) -> None:
+    gated = Envelope(approvals_required=["image.generate"])
+    denied = harness.run("budget_fanout", envelope=gated)
+    assert denied["error"]["type"] == "CapabilityDenied"
+    assert "approval" in denied["error"]["message"]
+    assert harness.provider_log() == []
+    approved = harness.run("budget_fanout", envelope=Envelope(
+        approvals_required=["image.generate"], approvals=["image.generate"]))
+    assert approved["status"] == "succeeded"
