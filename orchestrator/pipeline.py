@@ -41,6 +41,7 @@ from sandbox.runner import Runner, SandboxJob
 log = logging.getLogger("revise.pipeline")
 
 RACE_CAPABILITY = "ctx.race"
+_FRAME_BYTES = 1 << 20  # one RPC frame (a call's payload) at most
 
 
 @dataclass
@@ -352,5 +353,3 @@ class Pipeline:
                 + ", ".join(str(o) for o in orphans[:5]),
                 identity=str(orphans[0])).to_json()
 
-
-_FRAME_BYTES = 1 << 20

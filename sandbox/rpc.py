@@ -31,6 +31,7 @@ from sandbox.runner import Sandbox
 log = logging.getLogger("revise.rpc")
 
 FRAME_KINDS = frozenset({"call", "race_lookup", "race_commit"})
+_EXIT_POLL = 0.1
 
 
 @dataclass(frozen=True)
@@ -203,15 +204,22 @@ class RpcServer:
         try:
             with ThreadPoolExecutor(max_workers=max(1, self.concurrency),
                                     thread_name_prefix="revise-call") as pool:
+                next_exit_check = 0.0
                 while True:
                     self._pump(pool)
                     if self.stop is not None:
                         break
-                    exit_code = sandbox.wait(0)
-                    if exit_code is not None:
-                        self._pump(pool)  # frames written just before exit
-                        break
-                    if time.monotonic() > deadline:
+                    now = time.monotonic()
+                    # Asking a runner whether the sandbox exited can cost a Docker API call:
+                    # do it when the result is written, else only every _EXIT_POLL seconds.
+                    finished = (self.rpc_dir / "result.json").exists()
+                    if finished or now >= next_exit_check:
+                        exit_code = sandbox.wait(1 if finished else 0)
+                        next_exit_check = now + _EXIT_POLL
+                        if exit_code is not None:
+                            self._pump(pool)  # frames written just before exit
+                            break
+                    if now > deadline:
                         timed_out = True
                         break
                     inotify.read(timeout=20)  # milliseconds; wakes on the next frame

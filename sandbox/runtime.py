@@ -43,6 +43,27 @@ class ScriptStopped(BaseException):
     """The host ended the run (divergence, denial, budget, ...). Not catchable by scripts."""
 
 
+_IN_MOVED_TO = 0x00000080
+_IN_NONBLOCK_CLOEXEC = 0o4000 | 0o2000000
+
+
+def _inotify(rpc_dir):
+    """An inotify fd watching for answers, or None (then we poll)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(_IN_NONBLOCK_CLOEXEC)
+        if fd < 0:
+            return None
+        if libc.inotify_add_watch(fd, rpc_dir.encode(), _IN_MOVED_TO) < 0:
+            os.close(fd)
+            return None
+        return fd
+    except (ImportError, OSError, AttributeError):
+        return None
+
+
 class _Transport:
     def __init__(self, rpc_dir, nonce, frame_bytes):
         self.rpc_dir = rpc_dir
@@ -50,12 +71,47 @@ class _Transport:
         self.frame_bytes = frame_bytes
         self.seq = 0
         self.stopped = None
+        self._waiting = {}
+        self._fd = _inotify(rpc_dir)
+        self._reader = False
 
     def _write(self, name, data):
         tmp = os.path.join(self.rpc_dir, ".tmp-" + name)
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(data)
         os.rename(tmp, os.path.join(self.rpc_dir, name))
+
+    def _answer_path(self, seq):
+        return os.path.join(self.rpc_dir, f"resp-{seq:08d}.json")
+
+    def _wake(self):
+        """An answer landed (or a poll tick): resolve every waiter whose answer exists."""
+        if self._fd is not None:
+            try:
+                while os.read(self._fd, 65536):
+                    pass
+            except BlockingIOError:
+                pass
+        for seq, future in list(self._waiting.items()):
+            if not future.done() and os.path.exists(self._answer_path(seq)):
+                future.set_result(None)
+
+    async def _answer(self, seq):
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        self._waiting[seq] = future
+        if self._fd is not None and not self._reader:
+            loop.add_reader(self._fd, self._wake)
+            self._reader = True
+        delay = 0.0002
+        try:
+            while not os.path.exists(self._answer_path(seq)):
+                # inotify wakes us at once; the timeout is only a safety net (and the
+                # whole mechanism where inotify is unavailable).
+                await asyncio.wait([future], timeout=delay if self._fd is None else 0.05)
+                delay = min(delay * 1.5, 0.002)
+        finally:
+            del self._waiting[seq]
 
     async def call(self, frame):
         if self.stopped is not None:
@@ -69,11 +125,8 @@ class _Transport:
                 f"capability payload is {len(data)} bytes; the frame limit is "
                 f"{self.frame_bytes}: pass references to artifacts instead of large data")
         self._write(f"req-{seq:08d}.json", data)
-        response_path = os.path.join(self.rpc_dir, f"resp-{seq:08d}.json")
-        delay = 0.0002
-        while not os.path.exists(response_path):
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 0.01)
+        await self._answer(seq)
+        response_path = self._answer_path(seq)
         with open(response_path, encoding="utf-8") as fh:
             response = json.load(fh)
         os.unlink(response_path)
