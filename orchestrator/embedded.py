@@ -5,14 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from broker.sqlstore import SqlStore
-
 from broker.artifacts import FileArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
 from broker.ledger import Ledger, SqlLedger
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
+from broker.sqlstore import SqlStore
 from orchestrator.pipeline import Pipeline
 from sandbox.runner import Runner
 from sandbox.select import select_runner
