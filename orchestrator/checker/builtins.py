@@ -75,6 +75,18 @@ REFLECTION_NAMES: frozenset[str] = frozenset({
 
 FORMAT_METHODS: frozenset[str] = frozenset({"format", "format_map"})
 
+# Public attributes of frames, generators, coroutines, tracebacks and code objects: each
+# is a step of a walk to another module's globals (and from there to real builtins).
+INTROSPECTION_ATTRIBUTES: frozenset[str] = frozenset({
+    "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
+    "cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended",
+    "ag_frame", "ag_code", "ag_await", "ag_running",
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "f_lasti",
+    "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "with_traceback",
+    "co_code", "co_consts", "co_names", "co_varnames", "co_filename",
+    "func_globals", "func_code", "im_func", "im_self", "mro",
+})
+
 IMPORT_NAMES: frozenset[str] = frozenset({"__import__", "importlib"})
 
 # Why a known-dangerous builtin is refused, for a more useful message than "not allowed".

@@ -12,6 +12,7 @@ from .builtins import (
     DENIED_BUILTIN_REASONS,
     FORMAT_METHODS,
     IMPORT_NAMES,
+    INTROSPECTION_ATTRIBUTES,
     NONDETERMINISTIC_NAMES,
     REFLECTION_NAMES,
 )
@@ -73,6 +74,10 @@ def _attribute(node: ast.Attribute) -> Iterator[Violation]:
     elif attr in FORMAT_METHODS:
         yield _r06(node, f".{attr}() can read attributes through its format string",
                    _FSTRING_HINT)
+    elif attr in INTROSPECTION_ATTRIBUTES:
+        yield _r06(node, f".{attr} reaches interpreter internals (frames, code, tracebacks)",
+                   "work with the values your calls return; scripts never inspect frames, "
+                   "generators or code objects")
 
 
 def check_strings(an: Analysis) -> Iterator[Violation]:

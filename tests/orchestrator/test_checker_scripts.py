@@ -141,3 +141,15 @@ def test_checker_never_executes_the_source(tmp_path: Path) -> None:
     # and a perfectly valid script is not run either: its top level is only constants
     ok = check(HEAD + f"    return {str(marker)!r}\n")
     assert ok.valid and not marker.exists()
+
+
+@pytest.mark.parametrize("walk", [
+    "g = (x for x in [1])\n    return g.gi_frame.f_back.f_globals",
+    "c = ctx.run('text.generate', {'prompt': 'x'})\n    return [c][0].cr_frame",
+    "g = (x for x in [1])\n    f = g.gi_frame\n    return f.f_builtins",
+    "async def h():\n        return 1\n    return h().cr_code.co_consts",
+])
+def test_frame_and_code_walks_are_rejected(walk: str) -> None:
+    report = check("async def orchestrate(ctx, args):\n    " + walk + "\n")
+    assert not report.valid
+    assert "R06" in {v.rule for v in report.violations}
