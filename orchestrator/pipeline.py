@@ -168,6 +168,8 @@ class Pipeline:
         revision = self.store.add_revision(run_id, source.text, source.digest)
         report["revision"] = revision
         if prepared is None:
+            # Nothing ran; the prefix is untouched, and the report says so.
+            report["certificate"] = self.verified_certificate(run_id)
             kind = "check_rejected" if report["violations"] else "gate_rejected"
             self.store.add_event(run_id, kind, report["error"]["message"], revision=revision,
                                  data={"gate": report["gate"], "violations": report["violations"]})
@@ -317,13 +319,10 @@ class Pipeline:
             self._orphans(run_id, revision, prepared, envelope, calls, report)
             if report["status"] != "succeeded":
                 run_status = RunStatus.FAILED
-        slots = self.store.list_slots(run_id)
-        certificate = build_certificate(slots)
+        certificate = build_certificate(self.store.list_slots(run_id))
         self.store.save_certificate(run_id, revision, certificate.digest,
                                     list(certificate.entries))
-        persisted = self.store.latest_certificate(run_id)
-        checked = verify(persisted.digest, persisted.entries, slots) if persisted else certificate
-        report["certificate"] = checked.to_json()
+        report["certificate"] = self.verified_certificate(run_id)
         detail = None
         if run_status is RunStatus.BLOCKED:
             detail = f"blocked: unresolved attempt at {report['error']['identity']}"
@@ -333,6 +332,14 @@ class Pipeline:
         self.store.set_run_status(run_id, run_status, detail)
         self.store.add_event(run_id, "revision_finished", f"revision {revision} "
                              f"{report['status']}", revision=revision, data=report["calls"])
+
+    def verified_certificate(self, run_id: str) -> dict[str, Any]:
+        """The latest persisted certificate recomputed from the store, with differences."""
+        slots = self.store.list_slots(run_id)
+        persisted = self.store.latest_certificate(run_id)
+        if persisted is None:
+            return build_certificate(slots).to_json()
+        return verify(persisted.digest, persisted.entries, slots).to_json()
 
     def _orphans(self, run_id: str, revision: int, prepared: Prepared, envelope: Envelope,
                  calls: _Calls, report: dict[str, Any]) -> None:

@@ -32,6 +32,8 @@ def test_e3_append_replays_prefix_and_literal_edit_is_gated(harness: Harness) ->
     assert third["status"] == "stopped"
     kinds = [c["kind"] for c in third["gate"]["counterexamples"]]
     assert kinds == ["call_changed"]
+    assert third["certificate"]["entries"] == 3  # the prefix, recomputed from the store
+    assert third["certificate"]["differences"] == []
     assert third["calls"]["executed"] == 0
     assert _executions(harness) == 3
 
