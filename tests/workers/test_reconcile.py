@@ -49,7 +49,8 @@ def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> N
     unresolved = _wait_for(lambda: _attempts(stack, AttemptStatus.UNRESOLVED), 30,
                            "the reconciler marking the attempt")
     assert str(unresolved[0].identity) == "orchestrate/#0@:0"
-    assert stack.store.get_run("run-crash").status == "blocked"
+    _wait_for(lambda: stack.store.get_run("run-crash").status == "blocked", 10,
+              "the run in its named blocked state")  # written just after the attempt
     assert stack.events("run-crash", "attempt_unresolved")
 
     stack.worker("capabilities", concurrency=2, index=1,
