@@ -165,6 +165,17 @@ def make_stack(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[An
         stack.stop()
 
 
+def wait_for(predicate, timeout: float, what: str) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

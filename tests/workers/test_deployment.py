@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -18,7 +17,7 @@ from orchestrator.embedded import open_services
 from sandbox.runner import ProcessRunner
 from workers.routing import CAPABILITY_TASK
 
-from .conftest import script
+from .conftest import script, wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
@@ -98,15 +97,6 @@ def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -
     assert len(stack.provider_log()) == 1
 
 
-def _wait_for(predicate, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 def test_sandbox_worker_killed_mid_job_replays_and_never_pays_twice(make_stack) -> None:
     stack = make_stack(local_latency=1.0)
@@ -116,9 +106,9 @@ def test_sandbox_worker_killed_mid_job_replays_and_never_pays_twice(make_stack) 
     stack.wait_ready()
 
     handle = stack.client.submit(script("e3_v2"), {}, Envelope(), "run-kill")
-    _wait_for(lambda: stack.store.list_slots("run-kill"), 30, "the first committed call")
+    wait_for(lambda: stack.store.list_slots("run-kill"), 30, "the first committed call")
     job = f"{handle.job_id}/sandbox"
-    holder = _wait_for(lambda: stack.context.lease.holder(job), 5, "the job lease")
+    holder = wait_for(lambda: stack.context.lease.holder(job), 5, "the job lease")
     os.kill(int(holder.split(":")[1]), signal.SIGKILL)  # the pool process running the job
 
     report = handle.wait(60)

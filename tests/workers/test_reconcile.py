@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from typing import Any
 
 import pytest
 
@@ -13,19 +11,10 @@ from broker.envelope import Envelope
 from broker.records import AttemptStatus
 from workers.routing import RECONCILE_TASK
 
-from .conftest import script
+from .conftest import script, wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
-
-def _wait_for(check, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _attempts(stack, status: AttemptStatus):
@@ -42,14 +31,14 @@ def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> N
     stack.wait_ready()
 
     handle = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash")
-    _wait_for(lambda: _attempts(stack, AttemptStatus.PENDING), 60, "the durable attempt")
+    wait_for(lambda: _attempts(stack, AttemptStatus.PENDING), 60, "the durable attempt")
     os.killpg(doomed.pid, signal.SIGKILL)  # the broker worker dies inside the provider call
     doomed.wait(10)
 
-    unresolved = _wait_for(lambda: _attempts(stack, AttemptStatus.UNRESOLVED), 30,
+    unresolved = wait_for(lambda: _attempts(stack, AttemptStatus.UNRESOLVED), 30,
                            "the reconciler marking the attempt")
     assert str(unresolved[0].identity) == "orchestrate/#0@:0"
-    _wait_for(lambda: stack.store.get_run("run-crash").status == "blocked", 10,
+    wait_for(lambda: stack.store.get_run("run-crash").status == "blocked", 10,
               "the run in its named blocked state")  # written just after the attempt
     assert stack.events("run-crash", "attempt_unresolved")
 
