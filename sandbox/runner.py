@@ -58,6 +58,26 @@ def _limit_child(limits: SandboxLimits) -> None:
     libc.unshare(_CLONE_NEWNET)  # a private network namespace where the kernel allows it
 
 
+def kill_processes_mentioning(fragments: list[str]) -> None:
+    """SIGKILL every process (but this one) whose command line contains a fragment.
+
+    Process sandboxes run in their own session, so a host killed before it could
+    clean up may leave them behind; their command line names their job directory.
+    """
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode("utf-8", "replace")
+        except OSError:
+            continue
+        if any(fragment in cmdline for fragment in fragments):
+            try:
+                os.kill(int(entry.name), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
 class ProcessSandbox:
     def __init__(self, proc: subprocess.Popen[bytes], workdir: tempfile.TemporaryDirectory[str],
                  log_path: Path) -> None:

@@ -160,7 +160,6 @@ def _close_all(items):
 
 def _check_awaitables(name, items):
     if not isinstance(items, list | tuple):
-        _close_all(items if isinstance(items, list | tuple) else [])
         raise TypeError(f"ctx.{name} takes a list of calls, got {type(items).__name__}")
     for item in items:
         if not asyncio.iscoroutine(item):

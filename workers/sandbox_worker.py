@@ -18,8 +18,6 @@ paid twice) and fails the revision visibly after ``max_deliveries`` starts.
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +28,7 @@ from broker.errors import ReviseError, SandboxError
 from broker.records import RunStatus
 from orchestrator.pipeline import Admitted, Pipeline, empty_report
 from orchestrator.source import decode_source
+from sandbox.runner import kill_processes_mentioning
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Grant, Verdict
@@ -124,16 +123,5 @@ def _reap(run_dir: Path, revision: int, starts: int) -> None:
     """Kill process sandboxes left by earlier deliveries of this job (they outlive their
     worker: they run in their own session). Docker sandboxes are ended by their runner's
     own timeout."""
-    stale = [str(run_dir / f"rev-{revision}-d{n}") for n in range(1, starts)]
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().decode("utf-8", "replace")
-        except OSError:
-            continue
-        if any(path + "/" in cmdline for path in stale):
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    kill_processes_mentioning([str(run_dir / f"rev-{revision}-d{n}") + "/"
+                               for n in range(1, starts)])

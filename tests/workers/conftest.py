@@ -23,6 +23,7 @@ import pytest
 
 from broker.settings import Settings
 from orchestrator.client import Client
+from sandbox.runner import kill_processes_mentioning
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
 
@@ -114,7 +115,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait(5)
-        _reap_under(self.tmp_path)
+        kill_processes_mentioning([str(self.tmp_path)])
         self.client.close()
         if "store" in self.context.__dict__:
             self.context.store.close()
@@ -133,22 +134,6 @@ class Stack:
 
     def events(self, run_id: str, kind: str) -> list[Any]:
         return [e for e in self.store.list_events(run_id) if e.kind == kind]
-
-
-def _reap_under(path: Path) -> None:
-    """SIGKILL stray sandbox processes whose command line names ``path``."""
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().decode("utf-8", "replace")
-        except OSError:
-            continue
-        if str(path) in cmdline and int(entry.name) != os.getpid():
-            try:
-                os.kill(int(entry.name), signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
 
 @pytest.fixture
