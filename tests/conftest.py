@@ -17,7 +17,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 PG_HOST = "127.0.0.1:5432"
 PG_USERS = ("postgres", "root")
-REDIS_URL = "redis://127.0.0.1:6379/15"
+# One Redis db for the suite; REVISE_TEST_REDIS_DB lets two checkouts test side by side.
+REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('REVISE_TEST_REDIS_DB', '15')}"
 
 
 def _missing_service(reason: str) -> None:

@@ -1,0 +1,78 @@
+"""What a runner is given for one sandbox: the run, its RPC directory, its limits.
+
+The RPC directory belongs to the host (mode 0755): the sandbox sees it
+read-only and finds in it exactly one thing, the Unix socket the host listens
+on. Everything the sandbox needs (script, args, config) and everything it
+says (calls, result) travels over that socket, so the host never opens a path
+the sandbox could have planted.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.envelope import SandboxLimits
+from broker.errors import SandboxError
+
+SOCKET_NAME = "rpc.sock"
+SANDBOX_RPC_DIR = "/rpc"  # where every runner shows the RPC directory to the sandbox
+RUNTIME_DIR = "/opt/revise"  # where every runner shows runtime.py and language.py
+RUNTIME_FILES = ("runtime.py", "language.py")
+SANDBOX_DIR = Path(__file__).parent
+
+
+def runtime_command(python: str = "python3") -> list[str]:
+    """The command a sandbox runs: the runtime, pointed at the socket (``-I``: isolated)."""
+    return [python, "-I", "-S", "-B", f"{RUNTIME_DIR}/runtime.py",
+            f"{SANDBOX_RPC_DIR}/{SOCKET_NAME}"]
+
+
+@dataclass(frozen=True)
+class SandboxJob:
+    run_id: str
+    rpc_dir: Path
+    limits: SandboxLimits
+
+    @property
+    def socket_path(self) -> Path:
+        return self.rpc_dir / SOCKET_NAME
+
+
+def open_rpc_dir(rpc_dir: Path) -> socket.socket:
+    """Create a fresh host-owned RPC directory and listen on its socket.
+
+    Whatever was at ``rpc_dir`` before (an earlier delivery's directory) is removed
+    without following links. The socket is connectable by any uid (the sandbox's
+    uid differs from the host's); the directory is not writable by it.
+    """
+    remove_rpc_dir(rpc_dir)
+    rpc_dir.parent.mkdir(parents=True, exist_ok=True)
+    rpc_dir.mkdir(mode=0o755)
+    rpc_dir.chmod(0o755)  # mkdir's mode is filtered by the umask
+    path = rpc_dir / SOCKET_NAME
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(str(path))
+        os.chmod(path, 0o666)
+        listener.listen(4)
+    except OSError as exc:
+        listener.close()
+        raise SandboxError(f"cannot listen on the sandbox socket {path}: {exc}") from None
+    return listener
+
+
+def remove_rpc_dir(rpc_dir: Path) -> None:
+    """Remove an RPC directory; never follows a symlink out of it."""
+    try:
+        mode = os.lstat(rpc_dir).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(mode):
+        shutil.rmtree(rpc_dir, ignore_errors=True)  # fd-based: does not follow symlinks
+    else:
+        os.unlink(rpc_dir)
