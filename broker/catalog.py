@@ -84,14 +84,17 @@ class Capability(BaseModel):
     input_model: type[_Input]
     provider: str
 
-    def validate_payload(self, payload: Any) -> dict[str, Any]:
-        """Structural check; raises CapabilityDenied naming the offending field."""
+    def normalize(self, payload: Any) -> dict[str, Any]:
+        """The payload as the schema reads it, defaults filled in (the digest's input).
+
+        Raises CapabilityDenied naming the offending field.
+        """
         if not isinstance(payload, dict):
             raise CapabilityDenied(
                 f"{self.name} takes a JSON object payload, got {type(payload).__name__}; "
                 "pass a dict literal such as {\"prompt\": ...}", capability=self.name)
         try:
-            self.input_model.model_validate(payload)
+            model = self.input_model.model_validate(payload)
         except ValidationError as exc:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first["loc"]) or "(payload)"
@@ -100,6 +103,11 @@ class Capability(BaseModel):
                 f"{self.name} payload field {field!r}: {first['msg']}; "
                 f"fields of {self.name} are: {allowed}", capability=self.name,
                 field=field) from None
+        return model.model_dump(mode="json")
+
+    def validate_payload(self, payload: Any) -> dict[str, Any]:
+        """Structural check only; returns the payload as given."""
+        self.normalize(payload)
         return payload
 
     def input_schema(self) -> dict[str, Any]:

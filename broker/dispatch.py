@@ -1,9 +1,16 @@
-"""The broker chain for one capability call, one function for every caller.
+"""The broker: the spending half of a call, one function for every caller.
 
-grants → schema → digest → runtime rule (replay / divergence) → ledger →
-budget → attempt claim (durable before dispatch) → provider → commit.
-Each step fails closed. The embedded pipeline and the Celery capability
-worker both call ``Broker.dispatch``.
+The host decided the call is new work (``broker.prefix``); the broker makes
+sure, then spends:
+
+    authorize (grants, schema) → begin (ONE transaction: committed already?
+    paid elsewhere? an open attempt in the way? budget? claim the attempt)
+    → provider → commit (ONE transaction: slot + attempt settled)
+
+Each step fails closed. The embedded revision and the Celery capability worker
+both call ``Broker.execute``; a redelivered or concurrent duplicate finds the
+committed slot or the open attempt in the claim transaction, never a second
+provider call.
 """
 
 from __future__ import annotations
@@ -11,245 +18,148 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 from typing import Any
 
+from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import Capability, lookup
-from broker.envelope import Envelope
+from broker.envelope import Budget, Envelope
 from broker.errors import (
-    AttemptInFlight,
     AttemptUnresolved,
     BudgetExceeded,
     CapabilityDenied,
     CapabilityError,
+    OutcomeUnknown,
     ReplayDivergence,
     SafetyStop,
     SemanticRepeatDenied,
     SlotConflict,
     StoreUnavailable,
-    error_from_json,
 )
-from broker.identity import Identity, payload_digest
-from broker.ledger import Ledger, LedgerAction, ledger_action
+from broker.grants import authorize
+from broker.identity import call_digest
+from broker.ledger import Ledger
 from broker.owner import current_owner, owner_alive
 from broker.providers import CallContext, Provider, idempotency_key
-from broker.records import AttemptRecord, AttemptStatus, SlotRecord
-from broker.rule import Decision, decide
-from broker.settings import LedgerPolicy, Settings
+from broker.records import AttemptRecord, AttemptStatus, Begin, SlotRecord
+from broker.settings import Settings
 from broker.store import RunStore
 
 log = logging.getLogger("revise.broker")
 
-
-class Outcome(StrEnum):
-    EXECUTED = "executed"
-    REPLAYED = "replayed"
-    FAILED = "failed"
-    DIVERGED = "diverged"
-    DENIED = "denied"
-    STOPPED = "stopped"
+_OUTCOME_OF_STOP: dict[type, Outcome] = {
+    ReplayDivergence: Outcome.DIVERGED, CapabilityDenied: Outcome.DENIED,
+    BudgetExceeded: Outcome.DENIED, SemanticRepeatDenied: Outcome.DENIED,
+}
 
 
-@dataclass(frozen=True)
-class CallRequest:
-    run_id: str
-    revision: int
-    identity: Identity
-    capability: str
-    payload: Any
-    fingerprint: str
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "revision": self.revision,
-                "identity": str(self.identity), "capability": self.capability,
-                "payload": self.payload, "fingerprint": self.fingerprint}
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> CallRequest:
-        return cls(data["run_id"], int(data["revision"]), Identity.parse(data["identity"]),
-                   data["capability"], data["payload"], data["fingerprint"])
+def outcome_of(stop: SafetyStop) -> Outcome:
+    return _OUTCOME_OF_STOP.get(type(stop), Outcome.STOPPED)
 
 
-@dataclass(frozen=True)
-class CallReport:
-    identity: Identity
-    capability: str
-    outcome: Outcome
-    result: Any = None
-    error: dict[str, Any] | None = None
-    stop: SafetyStop | None = None
-    attempted: bool = False  # reached the provider (a paid dispatch attempt)
-    cost: float = 0.0
-    warnings: tuple[str, ...] = field(default_factory=tuple)
+def budget_check(budget: Budget) -> Any:
+    """The budget as a check the store runs inside the claim transaction (None: no limit)."""
+    if budget.max_calls is None and budget.max_cost is None:
+        return None
 
-    def to_json(self) -> dict[str, Any]:
-        return {**self.identity.to_json(), "capability": self.capability,
-                "outcome": str(self.outcome)}
+    def refusal(capability: str, calls: int, spent: float) -> str | None:
+        if budget.max_calls is not None and calls + 1 > budget.max_calls:
+            return (f"it would be provider call {calls + 1}; the envelope allows "
+                    f"{budget.max_calls}. Raise budget.max_calls or do less")
+        price = lookup(capability).unit_price
+        if budget.max_cost is not None and spent + price > budget.max_cost:
+            return (f"it would bring spend to {spent + price:.4f}; the envelope allows "
+                    f"{budget.max_cost}. Raise budget.max_cost or do less")
+        return None
 
-    def to_wire(self) -> dict[str, Any]:
-        """JSON for a report that crosses processes (a Celery capability task's answer)."""
-        return {"identity": str(self.identity), "capability": self.capability,
-                "outcome": str(self.outcome), "result": self.result, "error": self.error,
-                "stop": None if self.stop is None else self.stop.to_json(),
-                "attempted": self.attempted, "cost": self.cost,
-                "warnings": list(self.warnings)}
+    return refusal
 
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> CallReport:
-        stop = data.get("stop")
-        rebuilt = error_from_json(stop) if stop else None
-        return cls(Identity.parse(data["identity"]), data["capability"],
-                   Outcome(data["outcome"]), data.get("result"), data.get("error"),
-                   rebuilt if isinstance(rebuilt, SafetyStop) else None,
-                   bool(data.get("attempted")), float(data.get("cost") or 0.0),
-                   tuple(data.get("warnings") or ()))
 
+def _price(name: str) -> float:
+    return lookup(name).unit_price
 
 
 class Broker:
-    def __init__(self, *, store: RunStore, ledger: Ledger, provider: Provider,
-                 envelope: Envelope, settings: Settings, owner: str | None = None) -> None:
+    def __init__(self, *, store: RunStore, provider: Provider, envelope: Envelope,
+                 settings: Settings, ledger: Ledger | None = None,
+                 owner: str | None = None) -> None:
+        """``ledger`` is a copy of the paid-payload ledger outside the store (Redis in a
+        deployment), checked before the claim transaction; None when the store is all."""
         self.store = store
         self.ledger = ledger
         self.provider = provider
         self.envelope = envelope
         self.settings = settings
         self._owner = owner
-        self._budget_lock = threading.Lock()
 
     @property
     def owner(self) -> str:
         return self._owner or current_owner()
 
-    @property
-    def ledger_policy(self) -> LedgerPolicy:
-        return self.envelope.ledger_policy or self.settings.ledger_policy
-
-    # ---- the chain ------------------------------------------------------------------------
-
-    def dispatch(self, request: CallRequest) -> CallReport:
+    def execute(self, request: CallRequest) -> CallReport:
+        """Spend on a call the host decided is new; never raises a safety stop, reports it."""
         try:
-            return self._dispatch(request)
+            return self._execute(request)
         except SafetyStop as stop:
-            outcome = {ReplayDivergence: Outcome.DIVERGED, SlotConflict: Outcome.DIVERGED,
-                       CapabilityDenied: Outcome.DENIED, BudgetExceeded: Outcome.DENIED,
-                       SemanticRepeatDenied: Outcome.DENIED}.get(type(stop), Outcome.STOPPED)
             self._event(request, "call_stopped", stop.message, code=stop.code)
-            return CallReport(request.identity, request.capability, outcome, stop=stop,
-                              error=stop.to_json())
+            return CallReport(request.identity, request.capability, outcome_of(stop),
+                              stop=stop, error=stop.to_json())
 
-    def _dispatch(self, request: CallRequest) -> CallReport:
-        capability = self._authorize(request)
-        digest = payload_digest(request.payload)
-        replay = self._replay_or_diverge(request, digest)
-        if replay is not None:
-            return replay
-        warnings = self._check_ledger(request, capability, digest)
-        with self._budget_lock:
-            self._check_budget(request, capability)
-            attempt = self._claim(request, capability, digest)
-        if attempt is None:  # a concurrent duplicate committed while we waited
-            replay = self._replay_or_diverge(request, digest)
-            if replay is not None:
-                return replay
-            raise AttemptInFlight(f"call at {request.identity} is still in flight elsewhere",
-                                  identity=str(request.identity))
-        return self._execute(request, capability, digest, attempt, warnings)
+    def _execute(self, request: CallRequest) -> CallReport:
+        capability, payload = authorize(self.envelope, request.capability, request.payload,
+                                        identity=str(request.identity))
+        digest = call_digest(payload, request.take)
+        if digest != request.digest:
+            raise ReplayDivergence(f"the call at {request.identity} arrived with a digest "
+                                   "that does not match its payload", identity=str(
+                                       request.identity))
+        request = replace(request, payload=payload)
+        if not request.allow_repeat and self.ledger is not None:
+            self._ledger_precheck(request, self.ledger)
+        begin = self._begin(request, capability)
+        if begin.slot is not None:
+            return self._already_committed(request, begin.slot)
+        assert begin.attempt is not None
+        return self._spend(request, capability, begin.attempt)
 
-    def _authorize(self, request: CallRequest) -> Capability:
-        capability = lookup(request.capability)
-        if capability.name not in self.envelope.grants:
-            raise CapabilityDenied(
-                f"{capability.name} is not granted by the envelope; add it to `grants`",
-                identity=str(request.identity), capability=capability.name)
-        if not capability.production and not self.envelope.dry_run:
-            raise CapabilityDenied(
-                f"{capability.name} is catalog-only and has no production provider; run with "
-                "an envelope that sets dry_run: true to author against it",
-                identity=str(request.identity), capability=capability.name)
-        if (capability.name in self.envelope.approvals_required
-                and capability.name not in self.envelope.approvals):
-            raise CapabilityDenied(
-                f"{capability.name} requires an approval the envelope does not carry; add it "
-                "to `approvals` once approved", identity=str(request.identity),
-                capability=capability.name)
-        try:
-            capability.validate_payload(request.payload)
-        except CapabilityDenied as exc:
-            raise CapabilityDenied(exc.message, identity=str(request.identity),
-                                   capability=capability.name) from None
-        return capability
+    # ---- before the provider ----------------------------------------------------------------
 
-    def _replay_or_diverge(self, request: CallRequest, digest: str) -> CallReport | None:
-        slot = self.store.get_slot(request.run_id, request.identity)
-        decision = decide(slot, request.capability, digest)
-        if decision is Decision.EXECUTE:
-            return None
-        assert slot is not None
-        if decision is Decision.DIVERGE:
-            what = "capability" if slot.capability != request.capability else "payload"
-            raise ReplayDivergence(
-                f"{request.identity} is committed with another {what}"
-                " and cannot change; the run stops before any new effect. Keep the committed "
-                "payload, or add a new call for new work", identity=str(request.identity),
-                committed_digest=slot.digest, digest=digest)
-        return CallReport(request.identity, request.capability, Outcome.REPLAYED,
-                          result=slot.result)
+    def _ledger_precheck(self, request: CallRequest, ledger: Ledger) -> None:
+        """A fast look in the deployment's ledger copy; the claim transaction re-checks."""
+        paid = ledger.paid(request.run_id, request.capability, request.digest,
+                                request.revision)
+        paid = [i for i in paid if i != request.identity]
+        if paid:
+            raise self._repeat(request, str(paid[0]))
 
-    def _check_ledger(self, request: CallRequest, capability: Capability,
-                      digest: str) -> tuple[str, ...]:
-        action = ledger_action(self.ledger_policy, capability)
-        if action is LedgerAction.NONE:
-            return ()
-        ident = request.identity
-        if not self.ledger.seen(request.run_id, ident.site, ident.path, digest, request.revision):
-            return ()
-        message = (f"semantic repeat at {ident}: site {ident.site} path {list(ident.path)} "
-                   f"already paid for this exact {capability.name} payload")
-        if action is LedgerAction.DENY:
-            raise SemanticRepeatDenied(
-                message + "; denied before dispatch. Change the payload, or set the ledger "
-                "policy to warn if a second take is intended", identity=str(ident))
-        self._event(request, "semantic_repeat", message)
-        return (message,)
+    def _repeat(self, request: CallRequest, where: str) -> SemanticRepeatDenied:
+        return SemanticRepeatDenied(
+            f"semantic repeat at {request.identity}: this exact {request.capability} payload "
+            f"was already paid at {where}; denied before dispatch. Reuse that result, change "
+            "the payload, or declare another take with ctx.run(..., take=2)",
+            identity=str(request.identity), committed_identity=where)
 
-    def _check_budget(self, request: CallRequest, capability: Capability) -> None:
-        budget = self.envelope.budget
-        if budget.max_calls is None and budget.max_cost is None:
-            return
-        attempts = self.store.list_attempts(request.run_id)
-        spent = sum(lookup(a.capability).unit_price for a in attempts)
-        if budget.max_calls is not None and len(attempts) + 1 > budget.max_calls:
-            raise BudgetExceeded(
-                f"call at {request.identity} would be provider call {len(attempts) + 1}; the "
-                f"envelope allows {budget.max_calls}. Raise budget.max_calls or do less",
-                identity=str(request.identity))
-        if budget.max_cost is not None and spent + capability.unit_price > budget.max_cost:
-            raise BudgetExceeded(
-                f"call at {request.identity} would bring spend to "
-                f"{spent + capability.unit_price:.4f}; the envelope allows {budget.max_cost}",
-                identity=str(request.identity))
-
-    def _claim(self, request: CallRequest, capability: Capability,
-               digest: str) -> AttemptRecord | None:
+    def _begin(self, request: CallRequest, capability: Capability) -> Begin:
+        """The claim transaction, waiting out a concurrent duplicate that is still running."""
         key = idempotency_key(request.run_id, str(request.identity))
         deadline = time.monotonic() + self.settings.attempt_lease_seconds
         while True:
-            claim = self.store.claim_attempt(request.run_id, request.identity, capability.name,
-                                             digest, request.revision, self.owner, key)
-            if claim.claimed:
-                return claim.attempt
-            existing = claim.attempt
-            if existing.status in (AttemptStatus.SUCCEEDED, AttemptStatus.RESOLVED):
-                return None  # a duplicate delivery lost the race: replay the commit
+            begin = self.store.begin_call(
+                request.run_id, request.identity, capability.name, request.digest,
+                request.revision, self.owner, key, check_ledger=not request.allow_repeat,
+                budget=budget_check(self.envelope.budget), price_of=_price)
+            if begin.slot is not None or begin.claimed:
+                return begin
+            if begin.repeat is not None:
+                raise self._repeat(request, str(begin.repeat.identity))
+            if begin.over_budget is not None:
+                raise BudgetExceeded(f"call at {request.identity}: {begin.over_budget}",
+                                     identity=str(request.identity))
+            existing = begin.attempt
+            assert existing is not None
             if existing.status is AttemptStatus.PENDING and self._in_flight(existing):
-                if time.monotonic() > deadline:
-                    existing = self._mark_unresolved(existing)
-                else:
+                if time.monotonic() < deadline:
                     time.sleep(0.05)  # a duplicate delivery: wait for its commit, then replay
-                    if self.store.get_slot(request.run_id, request.identity) is not None:
-                        return None
                     continue
             if existing.status is AttemptStatus.PENDING:
                 existing = self._mark_unresolved(existing)
@@ -263,6 +173,15 @@ class Broker:
             # Read-only capability: a repeat costs budget, not a duplicate artifact.
             self.store.resolve_attempt(existing.id, AttemptStatus.ABANDONED, operator="revise",
                                        reason="read-only capability: auto-abandoned for retry")
+
+    def _already_committed(self, request: CallRequest, slot: SlotRecord) -> CallReport:
+        if not slot.same_call(request.capability, request.digest):
+            raise ReplayDivergence(
+                f"{request.identity} is committed with another payload and cannot change; the "
+                "run stops before any new effect", identity=str(request.identity),
+                committed_digest=slot.digest, digest=request.digest)
+        return CallReport(request.identity, request.capability, Outcome.REPLAYED,
+                          result=slot.result, committed_by=slot.revision)
 
     def _in_flight(self, attempt: AttemptRecord) -> bool:
         alive = owner_alive(attempt.owner)
@@ -279,21 +198,58 @@ class Broker:
                              identity=attempt.identity, revision=attempt.revision)
         return replace(attempt, status=AttemptStatus.UNRESOLVED)
 
-    def _execute(self, request: CallRequest, capability: Capability, digest: str,
-                 attempt: AttemptRecord, warnings: tuple[str, ...]) -> CallReport:
-        call = CallContext(request.run_id, str(request.identity),
-                           attempt.idempotency_key or "")
+    # ---- the provider and the commit --------------------------------------------------------
+
+    def _spend(self, request: CallRequest, capability: Capability,
+               attempt: AttemptRecord) -> CallReport:
+        call = CallContext(request.run_id, str(request.identity), attempt.idempotency_key or "")
         with _Heartbeat(self.store, attempt.id, self.settings.attempt_lease_seconds / 3):
             try:
-                answer = self.provider.execute(capability, request.payload, call)
+                answer = self._call_provider(request, capability, call, attempt)
             except CapabilityError as exc:
                 error = {**exc.to_json(), "identity": str(request.identity),
                          "status": exc.fields.get("status"),
                          "code": exc.fields.get("provider_code", exc.code)}
                 self.store.fail_attempt(attempt.id, error)
                 return CallReport(request.identity, capability.name, Outcome.FAILED,
-                                  error=error, attempted=True, cost=capability.unit_price,
-                                  warnings=warnings)
+                                  error=error, attempted=True, cost=capability.unit_price)
+        slot = SlotRecord(run_id=request.run_id, identity=request.identity,
+                          capability=capability.name, digest=request.digest,
+                          fingerprint=request.fingerprint, result=answer.result,
+                          usage=answer.usage, cost=answer.cost, revision=request.revision,
+                          chain_fingerprint=request.chain_fingerprint, line=request.line)
+        try:
+            stored = self.store.commit(slot, attempt.id)
+        except SlotConflict as exc:
+            raise ReplayDivergence(exc.message, identity=str(request.identity)) from None
+        if self.ledger is not None:
+            self.ledger.record(stored)
+        return CallReport(request.identity, capability.name, Outcome.EXECUTED,
+                          result=stored.result, attempted=True, cost=answer.cost,
+                          committed_by=stored.revision)
+
+    def _call_provider(self, request: CallRequest, capability: Capability, call: CallContext,
+                       attempt: AttemptRecord) -> Any:
+        """The provider's answer; an unknown outcome is retried with the same idempotency
+        key only when the provider honours it, else the attempt stays unresolved."""
+        retries = (self.settings.unknown_outcome_retries
+                   if getattr(self.provider, "honours_idempotency_key", False) else 0)
+        for round_ in range(retries + 1):
+            try:
+                return self.provider.execute(capability, request.payload, call)
+            except OutcomeUnknown as exc:
+                if round_ < retries:
+                    log.warning("outcome unknown at %s in run %s (%s); retrying with the same "
+                                "idempotency key", request.identity, request.run_id, exc.message)
+                    continue
+                self._mark_unresolved(attempt)
+                raise AttemptUnresolved(
+                    f"the provider call at {request.identity} may have completed: "
+                    f"{exc.message}. It is left unresolved (never retried blindly); resolve "
+                    f"it with `revise reconcile {request.run_id} '{request.identity}'`",
+                    identity=str(request.identity), attempt_id=attempt.id) from None
+            except CapabilityError:
+                raise
             except Exception as exc:
                 # We cannot tell whether the provider completed: fail closed, never retry.
                 log.exception("provider failed at %s in run %s", request.identity,
@@ -303,18 +259,7 @@ class Broker:
                     f"provider call at {request.identity} ended without an answer ({exc}); it "
                     "may have completed. Resolve it with `revise reconcile`",
                     identity=str(request.identity), attempt_id=attempt.id) from None
-        slot = SlotRecord(run_id=request.run_id, identity=request.identity,
-                          capability=capability.name, digest=digest,
-                          fingerprint=request.fingerprint, result=answer.result,
-                          usage=answer.usage, cost=answer.cost, revision=request.revision)
-        try:
-            stored = self.store.commit(slot, attempt.id)
-        except SlotConflict as exc:
-            raise ReplayDivergence(exc.message, identity=str(request.identity)) from None
-        self.ledger.record(stored)
-        return CallReport(request.identity, capability.name, Outcome.EXECUTED,
-                          result=stored.result, attempted=True, cost=answer.cost,
-                          warnings=warnings)
+        raise AssertionError("unreachable")
 
     def _event(self, request: CallRequest, kind: str, message: str, **data: Any) -> None:
         try:

@@ -42,8 +42,22 @@ class ReviseError(Exception):
         return None if value is None else str(value)
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": type(self).__name__, "code": self.code, "message": self.message,
-                "identity": self.identity}
+        """Type, code, message and every typed field: what crosses a queue or a report."""
+        return {**_json_fields(self.fields), "type": type(self).__name__, "code": self.code,
+                "message": self.message, "identity": self.identity}
+
+
+def _json_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    plain = (str, int, float, bool, type(None))
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, plain):
+            out[key] = value
+        elif isinstance(value, list | tuple) and all(isinstance(v, plain) for v in value):
+            out[key] = list(value)
+        else:
+            out[key] = str(value)
+    return out
 
 
 def _rebuild(cls: type[ReviseError], message: str, fields: dict[str, Any]) -> ReviseError:
@@ -122,8 +136,10 @@ class OrphanStop(SafetyStop):
     code = "orphans_stop"
 
 
-class RpcViolation(SafetyStop):
-    code = "rpc_violation"
+class SandboxProtocolError(SafetyStop):
+    """The sandbox broke the RPC protocol (or wrote anything the host did not expect)."""
+
+    code = "sandbox_protocol_error"
 
 
 class StoreUnavailable(SafetyStop):
@@ -145,6 +161,13 @@ class CapabilityError(BrokerError):
     """A provider rejected or failed a call. Scripts may catch it by name."""
 
     code = "capability_error"
+
+
+class OutcomeUnknown(BrokerError):
+    """The request left for the provider and no answer came back (timeout, connection
+    lost): the provider may or may not have done the work."""
+
+    code = "outcome_unknown"
 
 
 # ---- store ---------------------------------------------------------------------------------

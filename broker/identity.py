@@ -86,3 +86,15 @@ def sha256_hex(data: bytes | str) -> str:
 def payload_digest(payload: Any) -> str:
     """H(canonical(p)): key order and whitespace never change it."""
     return sha256_hex(canonical_json(payload))
+
+
+def call_digest(normalized_payload: Any, take: int = 1) -> str:
+    """The digest of one call: its normalized payload, and which take of it this is.
+
+    The payload is normalized by the capability's schema first (defaults filled in,
+    see ``broker.catalog``), so spelling a default out does not change the digest.
+    ``take`` > 1 declares a deliberate further take of a payload already paid for.
+    """
+    if take == 1:
+        return payload_digest(normalized_payload)
+    return payload_digest({"payload": normalized_payload, "take": take})

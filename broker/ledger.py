@@ -1,20 +1,29 @@
-"""Occurrence ledger: per (run, σ, π) the payload digests committed by earlier revisions.
+"""The run-wide paid-payload ledger: (run, capability, digest) -> where it was paid.
 
-A call that misses on identity but hits the ledger is a semantic repeat (the
-same site and path already paid for this exact payload). Only earlier
-revisions count: a first run that loops over a constant payload is the
-committed behaviour, and the ledger is about what a repair adds.
+A call at a new identity whose normalized payload (and take) was already paid
+anywhere in the run by an earlier revision is a *semantic repeat*. The policy
+decides what happens: off | warn | deny | auto (auto denies a side-effecting
+capability and warns for a read-only one). A deliberate second take is
+declared in the script (``ctx.run(..., take=2)``, part of the digest), never
+inferred.
+
+The revision's host decides from the prefix it loaded (``broker.prefix``); the
+broker checks again in the claim transaction (SQL, authoritative). A ledger
+here answers the same question for other readers: ``SqlLedger`` reads the
+slots, ``workers.ledger_redis.RedisLedger`` keeps a copy in Redis that it
+rebuilds from the slots whenever its copy of a run is missing.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from enum import StrEnum
 from typing import Protocol
 
 from broker.catalog import Capability
+from broker.identity import Identity
 from broker.records import SlotRecord
 from broker.settings import LedgerPolicy
-from broker.store import RunStore
 
 
 class LedgerAction(StrEnum):
@@ -35,21 +44,26 @@ def ledger_action(policy: LedgerPolicy, capability: Capability) -> LedgerAction:
 
 
 class Ledger(Protocol):
-    def seen(self, run_id: str, site: str, path: tuple[int, ...], digest: str,
-             before_revision: int) -> bool: ...
+    def paid(self, run_id: str, capability: str, digest: str,
+             before_revision: int) -> list[Identity]: ...
 
     def record(self, slot: SlotRecord) -> None: ...
+
+
+class PaidSlots(Protocol):
+    def paid_identities(self, run_id: str, capability: str, digest: str,
+                        before_revision: int) -> list[Identity]: ...
 
 
 class SqlLedger:
     """Embedded mode: the ledger is a query over committed slots."""
 
-    def __init__(self, store: RunStore) -> None:
+    def __init__(self, store: PaidSlots) -> None:
         self._store = store
 
-    def seen(self, run_id: str, site: str, path: tuple[int, ...], digest: str,
-             before_revision: int) -> bool:
-        return digest in self._store.ledger_digests(run_id, site, path, before_revision)
+    def paid(self, run_id: str, capability: str, digest: str,
+             before_revision: int) -> list[Identity]:
+        return self._store.paid_identities(run_id, capability, digest, before_revision)
 
     def record(self, slot: SlotRecord) -> None:
         """Nothing to do: the committed slot is the ledger entry."""
@@ -57,13 +71,13 @@ class SqlLedger:
 
 class MemoryLedger:
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, str, tuple[int, ...]], dict[str, int]] = {}
+        self._entries: dict[tuple[str, str, str], dict[Identity, int]] = defaultdict(dict)
 
-    def seen(self, run_id: str, site: str, path: tuple[int, ...], digest: str,
-             before_revision: int) -> bool:
-        first = self._entries.get((run_id, site, path), {}).get(digest)
-        return first is not None and first < before_revision
+    def paid(self, run_id: str, capability: str, digest: str,
+             before_revision: int) -> list[Identity]:
+        entries = self._entries.get((run_id, capability, digest), {})
+        return sorted(i for i, revision in entries.items() if revision < before_revision)
 
     def record(self, slot: SlotRecord) -> None:
-        key = (slot.run_id, slot.identity.site, slot.identity.path)
-        self._entries.setdefault(key, {}).setdefault(slot.digest, slot.revision)
+        key = (slot.run_id, slot.capability, slot.digest)
+        self._entries[key].setdefault(slot.identity, slot.revision)

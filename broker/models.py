@@ -114,16 +114,19 @@ class Slot(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "site", "path", "occurrence"),
         Index(None, "run_id", "site", "path"),
+        Index(None, "run_id", "capability", "digest"),  # the paid-payload ledger
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(200))
-    site: Mapped[str] = mapped_column(String(500))
+    site: Mapped[str] = mapped_column(String(2000))
     path: Mapped[str] = mapped_column(String(200))
     occurrence: Mapped[int] = mapped_column(Integer)
     capability: Mapped[str] = mapped_column(String(200))
     digest: Mapped[str] = mapped_column(String(128))
     fingerprint: Mapped[str] = mapped_column(String(128))
+    chain_fingerprint: Mapped[str | None] = mapped_column(String(128))
+    line: Mapped[int | None] = mapped_column(Integer)
     result: Mapped[Any] = mapped_column(JSON)
     usage: Mapped[dict[str, Any]] = mapped_column(JSON)
     cost: Mapped[float] = mapped_column(Float)
@@ -142,7 +145,7 @@ class Attempt(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(200))
-    site: Mapped[str] = mapped_column(String(500))
+    site: Mapped[str] = mapped_column(String(2000))
     path: Mapped[str] = mapped_column(String(200))
     occurrence: Mapped[int] = mapped_column(Integer)
     number: Mapped[int] = mapped_column(Integer)
@@ -178,7 +181,7 @@ class Orphan(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(200))
     revision: Mapped[int] = mapped_column(Integer)
-    identity: Mapped[str] = mapped_column(String(800))
+    identity: Mapped[str] = mapped_column(String(2400))
     policy: Mapped[str] = mapped_column(String(20))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
@@ -190,7 +193,7 @@ class Event(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(String(200))
     revision: Mapped[int | None] = mapped_column(Integer)
-    identity: Mapped[str | None] = mapped_column(String(800))
+    identity: Mapped[str | None] = mapped_column(String(2400))
     kind: Mapped[str] = mapped_column(String(50))
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
@@ -213,7 +216,8 @@ def slot_record(row: Any) -> SlotRecord:
     return SlotRecord(run_id=row.run_id, identity=_identity(row), capability=row.capability,
                       digest=row.digest, fingerprint=row.fingerprint, result=row.result,
                       usage=row.usage or {}, cost=row.cost, revision=row.revision,
-                      committed_at=row.committed_at)
+                      committed_at=row.committed_at,
+                      chain_fingerprint=row.chain_fingerprint or "", line=row.line)
 
 
 def attempt_record(row: Any) -> AttemptRecord:

@@ -44,6 +44,8 @@ class SlotRecord:
     cost: float = 0.0
     revision: int = 0
     committed_at: datetime | None = None
+    chain_fingerprint: str = ""  # the call expression and the helper calls that reach it
+    line: int | None = None  # of the call in the revision that committed it
 
     def same_call(self, capability: str, digest: str) -> bool:
         return self.capability == capability and self.digest == digest
@@ -64,6 +66,17 @@ class AttemptRecord:
     heartbeat_at: datetime
     idempotency_key: str | None = None
     error: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Begin:
+    """The store's decision on a call about to be dispatched (one transaction)."""
+
+    slot: SlotRecord | None = None  # already committed at this identity
+    repeat: SlotRecord | None = None  # the same payload paid at another identity before
+    over_budget: str | None = None  # why the budget does not allow one more attempt
+    attempt: AttemptRecord | None = None  # ours when ``claimed``, else the open one in the way
+    claimed: bool = False
 
 
 @dataclass(frozen=True)

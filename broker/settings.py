@@ -23,6 +23,11 @@ class LedgerPolicy(StrEnum):
     AUTO = "auto"
 
 
+class Relocation(StrEnum):
+    REMAP = "remap"
+    STOP = "stop"
+
+
 class OrphanPolicy(StrEnum):
     WARN = "warn"
     STOP = "stop"
@@ -53,6 +58,16 @@ class Settings(BaseSettings):
     ledger_policy: LedgerPolicy = LedgerPolicy.AUTO
     ledger_backend: str = Field(default="sql", description="sql | redis")
     orphan_policy: OrphanPolicy = OrphanPolicy.WARN
+    relocation: Relocation = Field(
+        default=Relocation.REMAP, description="remap: a committed call moved to a unique "
+        "matching call expression replays there; stop: the paper's strict gate")
+    unknown_outcome_retries: int = Field(
+        default=2, ge=0, le=10, description="retries, with the same idempotency key, of a "
+        "call whose outcome is unknown (timeout after the request left), only for providers "
+        "that honour the key; otherwise the attempt stays unresolved")
+    provider_honours_idempotency_key: bool = Field(
+        default=False, description="the HTTP provider deduplicates requests that carry the "
+        "same Idempotency-Key (then an unknown outcome is retried with it)")
     # Fail-closed switches: the permissive opt-outs are explicit operator decisions.
     store_fail_closed: bool = True
     ledger_fail_closed: bool = True

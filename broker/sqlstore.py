@@ -42,6 +42,7 @@ from broker.records import (
     OPEN_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
+    Begin,
     CertificateRecord,
     Claim,
     EventRecord,
@@ -121,7 +122,8 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
         _upsert(conn, slots).values(
             run_id=slot.run_id, site=ident.site, path=ident.path_text,
             occurrence=ident.occurrence, capability=slot.capability, digest=slot.digest,
-            fingerprint=slot.fingerprint, result=slot.result, usage=dict(slot.usage),
+            fingerprint=slot.fingerprint, chain_fingerprint=slot.chain_fingerprint or None,
+            line=slot.line, result=slot.result, usage=dict(slot.usage),
             cost=float(slot.cost), revision=slot.revision,
             committed_at=slot.committed_at or models.utcnow(),
         ).on_conflict_do_nothing(index_elements=_SLOT_KEY)
@@ -136,6 +138,48 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
         conn.execute(update(attempts).where(attempts.c.id == attempt_id,
                                             attempts.c.status.in_(_OPEN)).values(**values))
     return stored
+
+
+BudgetCheck = Callable[[str, int, float], "str | None"]
+
+
+def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
+                   digest: str, revision: int, owner: str, idempotency_key: str | None, *,
+                   check_ledger: bool, budget: BudgetCheck | None,
+                   price_of: Callable[[str], float]) -> Begin:
+    """Decide and record a call in one transaction: committed already? paid at another
+    identity? an open attempt in the way? within budget? else claim the next attempt.
+
+    The run's row is locked first (PostgreSQL; SQLite writers hold the database lock),
+    so concurrent broker workers of one run decide one after the other and can never
+    spend past the budget together.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
+    row = conn.execute(select(slots).where(_at(slots, run_id, identity))).first()
+    if row is not None:
+        return Begin(slot=slot_record(row))
+    if check_ledger:
+        paid = conn.execute(select(slots).where(
+            slots.c.run_id == run_id, slots.c.capability == capability,
+            slots.c.digest == digest, slots.c.revision < revision).limit(1)).first()
+        if paid is not None:
+            return Begin(repeat=slot_record(paid))
+    latest = conn.execute(select(attempts).where(_at(attempts, run_id, identity))
+                          .order_by(attempts.c.number.desc()).limit(1)).first()
+    if latest is not None and latest.status in _NOT_CLAIMABLE:
+        return Begin(attempt=attempt_record(latest))
+    if budget is not None:
+        spent = conn.execute(select(attempts.c.capability, func.count()).where(
+            attempts.c.run_id == run_id).group_by(attempts.c.capability)).all()
+        calls = sum(n for _, n in spent)
+        cost = sum(price_of(name) * n for name, n in spent)
+        refusal = budget(capability, calls, cost)
+        if refusal is not None:
+            return Begin(over_budget=refusal)
+    claim = claim_attempt_txn(conn, run_id, identity, capability, digest, revision, owner,
+                              idempotency_key)
+    return Begin(attempt=claim.attempt, claimed=claim.claimed)
 
 
 def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
@@ -342,16 +386,24 @@ class SqlStore:
         # Text paths sort "10" before "2"; the identity order compares path tuples.
         return sorted((slot_record(r) for r in rows), key=lambda s: s.identity)
 
-    def ledger_digests(self, run_id: str, site: str, path: tuple[int, ...],
-                       before_revision: int) -> set[str]:
-        path_text = ".".join(str(i) for i in path)
-        values = self._run("reading the occurrence ledger", lambda c: c.execute(
-            select(slots.c.digest).distinct().where(
-                slots.c.run_id == run_id, slots.c.site == site, slots.c.path == path_text,
-                slots.c.revision < before_revision)).scalars().all(), write=False)
-        return set(values)
-
     # -- attempts --
+
+    def begin_call(self, run_id: str, identity: Identity, capability: str, digest: str,
+                   revision: int, owner: str, idempotency_key: str | None, *,
+                   check_ledger: bool, budget: BudgetCheck | None,
+                   price_of: Callable[[str], float]) -> Begin:
+        return self._run("deciding a call", lambda c: begin_call_txn(
+            c, run_id, identity, capability, digest, revision, owner, idempotency_key,
+            check_ledger=check_ledger, budget=budget, price_of=price_of), race_retries=10)
+
+    def paid_identities(self, run_id: str, capability: str, digest: str,
+                        before_revision: int) -> list[Identity]:
+        """The run-wide paid-payload ledger: where this payload was committed before."""
+        rows = self._run("reading the paid-payload ledger", lambda c: c.execute(
+            select(slots).where(slots.c.run_id == run_id, slots.c.capability == capability,
+                                slots.c.digest == digest,
+                                slots.c.revision < before_revision)).all(), write=False)
+        return sorted(slot_record(r).identity for r in rows)
 
     def claim_attempt(self, run_id: str, identity: Identity, capability: str, digest: str,
                       revision: int, owner: str, idempotency_key: str | None) -> Claim:

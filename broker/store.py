@@ -8,6 +8,7 @@ Every method raises ``StoreUnavailable`` when the database does not answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -15,6 +16,7 @@ from broker.identity import Identity
 from broker.records import (
     AttemptRecord,
     AttemptStatus,
+    Begin,
     CertificateRecord,
     Claim,
     EventRecord,
@@ -41,10 +43,14 @@ class RunStore(Protocol):
     # slots (the committed prefix)
     def get_slot(self, run_id: str, identity: Identity) -> SlotRecord | None: ...
     def list_slots(self, run_id: str) -> list[SlotRecord]: ...
-    def ledger_digests(self, run_id: str, site: str, path: tuple[int, ...],
-                       before_revision: int) -> set[str]: ...
+    def paid_identities(self, run_id: str, capability: str, digest: str,
+                        before_revision: int) -> list[Identity]: ...
 
     # attempts (written before dispatch)
+    def begin_call(self, run_id: str, identity: Identity, capability: str, digest: str,
+                   revision: int, owner: str, idempotency_key: str | None, *,
+                   check_ledger: bool, budget: Callable[[str, int, float], str | None] | None,
+                   price_of: Callable[[str], float]) -> Begin: ...
     def claim_attempt(self, run_id: str, identity: Identity, capability: str, digest: str,
                       revision: int, owner: str, idempotency_key: str | None) -> Claim: ...
     def commit(self, slot: SlotRecord, attempt_id: int | None) -> SlotRecord: ...

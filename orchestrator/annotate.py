@@ -1,9 +1,12 @@
-"""Inject ``_site="σ"`` into each ctx.run/ctx.race call of the decoded text.
+"""Tag every counted call of the decoded text with its local site.
 
-The annotation is inserted on the line of the call's closing parenthesis, so
-line numbers do not move. An existing ``_site`` is accepted only when it
-equals the computed site. The annotated text is parsed again and must yield
-the same sites, which makes the host's annotation table the whitelist.
+``ctx.run(...)`` / ``ctx.race(...)`` get a ``_site="…"`` keyword; a call of an
+async helper that reaches one is wrapped as ``__at__("…", helper(...))``, so
+the runtime knows the chain of call sites that led to each capability call.
+Every insertion stays on the line it belongs to, so line numbers do not move.
+An existing ``_site`` is accepted only when it equals the computed site. The
+annotated text is parsed again and must yield the same sites and tags, which
+makes the host's site table the whitelist.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ import json
 from dataclasses import dataclass
 
 from broker.errors import AnnotationError
-from orchestrator.sites import SITE_KEYWORD, Site, assign_sites, is_site_call
+from orchestrator.sites import (
+    AT_FUNCTION,
+    SITE_KEYWORD,
+    Site,
+    is_site_call,
+    site_table,
+    unwrap_at,
+)
 
 
 @dataclass(frozen=True)
@@ -21,23 +31,22 @@ class Annotated:
     text: str
     sites: tuple[Site, ...]
 
-    @property
-    def whitelist(self) -> dict[str, Site]:
-        return {s.site: s for s in self.sites}
 
+class _Offsets:
+    """Character offsets of (line, UTF-8 byte column) positions, as ast reports them."""
 
-def _char_offsets(text: str) -> tuple[list[str], list[int]]:
-    lines = text.split("\n")
-    starts, pos = [], 0
-    for line in lines:
-        starts.append(pos)
-        pos += len(line) + 1
-    return lines, starts
+    def __init__(self, text: str) -> None:
+        self.lines = text.split("\n")
+        self.starts: list[int] = []
+        pos = 0
+        for line in self.lines:
+            self.starts.append(pos)
+            pos += len(line) + 1
 
-
-def _to_index(lines: list[str], starts: list[int], lineno: int, byte_col: int) -> int:
-    line = lines[lineno - 1]
-    return starts[lineno - 1] + len(line.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
+    def index(self, lineno: int, byte_col: int) -> int:
+        line = self.lines[lineno - 1]
+        return self.starts[lineno - 1] + len(
+            line.encode("utf-8")[:byte_col].decode("utf-8", "replace"))
 
 
 def _has_trailing_comma(segment: str) -> bool:
@@ -60,56 +69,74 @@ def _existing_site(call: ast.Call) -> ast.keyword | None:
     return None
 
 
+def _site_keyword(text: str, offsets: _Offsets, call: ast.Call, local: str
+                  ) -> tuple[int, str] | None:
+    existing = _existing_site(call)
+    if existing is not None:
+        if not (isinstance(existing.value, ast.Constant) and existing.value.value == local):
+            raise AnnotationError(
+                f"line {call.lineno}: `_site` is reserved for the host and does not match "
+                f"the computed site {local!r}; remove the `_site` argument",
+                site=local, line=call.lineno)
+        return None
+    args: list[ast.expr | ast.keyword] = [*call.args, *call.keywords]
+    close = offsets.index(call.end_lineno or call.lineno, call.end_col_offset or 0) - 1
+    if args:
+        last = max(args, key=lambda a: (a.end_lineno or 0, a.end_col_offset or 0))
+        after = offsets.index(last.end_lineno or 0, last.end_col_offset or 0)
+        comma = _has_trailing_comma(text[after:close])
+    else:
+        comma = True
+    return close, f"{'' if comma else ', '}{SITE_KEYWORD}={json.dumps(local)}"
+
+
 def annotate(text: str, tree: ast.Module | None = None) -> Annotated:
     tree = tree if tree is not None else ast.parse(text)
-    sites = assign_sites(tree)
-    calls = [n for n in ast.walk(tree) if is_site_call(n)]
-    by_pos = {(c.lineno, c.col_offset): c for c in calls}
-    lines, starts = _char_offsets(text)
-    inserts: list[tuple[int, str]] = []
-    for site in sites:
-        call = by_pos[(site.line, site.col)]
-        existing = _existing_site(call)
-        if existing is not None:
-            if not (isinstance(existing.value, ast.Constant) and existing.value.value == site.site):
-                raise AnnotationError(
-                    f"line {site.line}: `_site` is reserved for the host and does not match "
-                    f"the computed site {site.site!r}; remove the `_site` argument",
-                    site=site.site, line=site.line)
+    table = site_table(tree)
+    offsets = _Offsets(text)
+    # (position, order, text); at one position the piece inserted last ends up first,
+    # so a wrapper's ")" (0) lands before a `_site=` keyword (1) before an opening (2).
+    inserts: list[tuple[int, int, str]] = []
+    for node in ast.walk(tree):
+        counted = table.local.get(id(node))
+        if counted is None or not isinstance(node, ast.Call):
             continue
-        args: list[ast.expr | ast.keyword] = [
-            *call.args, *[k for k in call.keywords if k.arg != SITE_KEYWORD]]
-        close = _to_index(lines, starts, call.end_lineno or call.lineno,
-                          call.end_col_offset or 0) - 1
-        if args:
-            last = max(args, key=lambda a: (a.end_lineno or 0, a.end_col_offset or 0))
-            after = _to_index(lines, starts, last.end_lineno or 0, last.end_col_offset or 0)
-            comma = _has_trailing_comma(text[after:close])
-        else:
-            comma = True
-        inserts.append((close, f"{'' if comma else ', '}{SITE_KEYWORD}={json.dumps(site.site)}"))
+        if is_site_call(node):
+            keyword = _site_keyword(text, offsets, node, counted.local)
+            if keyword is not None:
+                inserts.append((keyword[0], 1, keyword[1]))
+            continue
+        start = offsets.index(node.lineno, node.col_offset)
+        end = offsets.index(node.end_lineno or node.lineno, node.end_col_offset or 0)
+        inserts.append((start, 2, f"{AT_FUNCTION}({json.dumps(counted.local)}, "))
+        inserts.append((end, 0, ")"))
     out = text
-    for index, piece in sorted(inserts, reverse=True):
+    for index, _, piece in sorted(inserts, key=lambda i: (i[0], i[1]), reverse=True):
         out = out[:index] + piece + out[index:]
-    return Annotated(text=out, sites=tuple(sites))
+    annotated = Annotated(text=out, sites=table.sites)
+    verify_annotation(annotated)
+    return annotated
 
 
 def verify_annotation(annotated: Annotated) -> None:
-    """Re-parse the annotated text: same sites, each call carrying exactly its site."""
+    """Re-parse the annotated text: same sites, each counted call carrying its own tag."""
     tree = ast.parse(annotated.text)
-    again = assign_sites(tree)
-    if [(s.site, s.fingerprint) for s in again] != [
+    tags = unwrap_at(tree)
+    again = site_table(tree)
+    if [(s.site, s.fingerprint) for s in again.sites] != [
             (s.site, s.fingerprint) for s in annotated.sites]:
         raise AnnotationError("annotation changed the call structure; report this as a bug")
     for node in ast.walk(tree):
+        counted = again.local.get(id(node))
+        if counted is None or not isinstance(node, ast.Call):
+            if id(node) in tags:
+                raise AnnotationError(f"line {getattr(node, 'lineno', 0)}: a call-site tag "
+                                      "around a call that does not reach a capability")
+            continue
         if is_site_call(node):
             kw = _existing_site(node)
-            if kw is None or not isinstance(kw.value, ast.Constant):
-                raise AnnotationError(f"line {node.lineno}: call left without a site")
-    site_by_pos = {(s.line, s.col): s.site for s in again}
-    for node in ast.walk(tree):
-        if is_site_call(node):
-            kw = _existing_site(node)
-            assert kw is not None and isinstance(kw.value, ast.Constant)
-            if kw.value.value != site_by_pos[(node.lineno, node.col_offset)]:
-                raise AnnotationError(f"line {node.lineno}: site annotation mismatch")
+            tag = kw.value.value if kw is not None and isinstance(kw.value, ast.Constant) else None
+        else:
+            tag = tags.get(id(node))
+        if tag != counted.local:
+            raise AnnotationError(f"line {node.lineno}: call left without its site")

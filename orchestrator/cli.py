@@ -83,7 +83,10 @@ def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
         raise InputError(f"{script}: syntax error at line {exc.lineno}: {exc.msg}") from None
     services = _services()
     try:
-        result = check_gate(frozen_sites(services.store.list_slots(run_id)), assign_sites(tree))
+        slots = services.store.list_slots(run_id)
+        result = check_gate(frozen_sites(slots, {s.identity.site: s.line for s in slots
+                                                  if s.line is not None}),
+                            assign_sites(tree), relocation=str(services.settings.relocation))
     finally:
         services.close()
     emit(as_json, result.to_json(), lambda c: render.gate(c, result))
@@ -105,7 +108,7 @@ def run_cmd(
     env = load_envelope(envelope) if envelope else Envelope()
     services = _services()
     try:
-        report = services.pipeline().run(run_id, source, run_args, env)
+        report = services.pipeline().run(run_id, source, run_args, env).to_json()
     finally:
         services.close()
     emit(as_json, report, lambda c: render.run_report(c, report))

@@ -8,7 +8,6 @@ from typing import Any
 from broker.artifacts import FileArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
-from broker.ledger import Ledger, SqlLedger
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
@@ -21,20 +20,19 @@ from sandbox.select import select_runner
 class Services:
     settings: Settings
     store: SqlStore
-    ledger: Ledger
     provider: Provider
     artifacts: FileArtifactStore
     runner: Runner | None = None
 
     def broker(self, envelope: Envelope) -> Broker:
-        return Broker(store=self.store, ledger=self.ledger, provider=self.provider,
-                      envelope=envelope, settings=self.settings)
+        return Broker(store=self.store, provider=self.provider, envelope=envelope,
+                      settings=self.settings)
 
     def pipeline(self) -> Pipeline:
         if self.runner is None:
             self.runner = select_runner(self.settings)
-        return Pipeline(store=self.store, broker_for=self.broker, runner=self.runner,
-                        runs_dir=self.settings.runs_dir, settings=self.settings)
+        return Pipeline(store=self.store, runner=self.runner, settings=self.settings,
+                        executor_for=self.broker)
 
     def close(self) -> None:
         self.store.close()
@@ -47,5 +45,5 @@ def open_services(settings: Settings | None = None, *, runner: Runner | None = N
     store = SqlStore.open(settings.resolved_database_url)
     artifacts = FileArtifactStore(settings.artifacts_dir)
     provider = build_provider(settings, artifacts, latency=latency)
-    return Services(settings=settings, store=store, ledger=SqlLedger(store),
-                    provider=provider, artifacts=artifacts, runner=runner)
+    return Services(settings=settings, store=store, provider=provider, artifacts=artifacts,
+                    runner=runner)

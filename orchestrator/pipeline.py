@@ -1,92 +1,55 @@
-"""One run of a script on a run id: check → annotate → gate → sandbox → report.
+"""One revision of a run: admit (pre-spend) → execute (sandbox, calls) → finish.
 
-The first run of a run id executes everything; a later run on the same id is
-a repair candidate, replayed on the committed prefix. A candidate that fails
-the checker or the gate starts nothing and spends nothing.
+The first revision of a run id executes everything; a later one is a repair
+candidate, replayed on the committed prefix. A candidate that fails the
+checker or the gate starts nothing and spends nothing. The Celery dispatcher
+runs ``admit``; a sandbox worker runs ``execute`` with the job it carries.
 """
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
-import secrets
-import shutil
-import threading
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from broker.dispatch import Broker, CallReport, CallRequest, Outcome
+from broker.catalog import lookup
 from broker.envelope import Envelope
-from broker.errors import (
-    InputError,
-    OrphanStop,
-    ReplayDivergence,
-    ReviseError,
-    SandboxError,
-)
-from broker.identity import Identity, canonical_json, payload_digest
-from broker.records import RunStatus, SlotRecord
-from broker.settings import OrphanPolicy
+from broker.errors import InputError, OrphanStop
+from broker.identity import canonical_json
+from broker.prefix import Prefix
+from broker.records import AttemptStatus, RunStatus
+from broker.settings import OrphanPolicy, Settings
 from broker.store import RunStore
-from orchestrator.annotate import Annotated, annotate, verify_annotation
+from orchestrator.admission import Admission, Refusal, admit
 from orchestrator.certificate import build_certificate, verify
-from orchestrator.checker import CheckReport, check
-from orchestrator.gate import GateResult, check_gate, frozen_sites
+from orchestrator.report import (
+    CallCounts,
+    CertificateReport,
+    ErrorReport,
+    GateReport,
+    IdentityReport,
+    OrphanReport,
+    RevisionStatus,
+    RunReport,
+)
+from orchestrator.session import Executor, Session, SessionResult
 from orchestrator.source import Source, decode_source
-from sandbox.rpc import Frame, RpcServer
-from sandbox.runner import Runner, SandboxJob
 
 log = logging.getLogger("revise.pipeline")
-
-RACE_CAPABILITY = "ctx.race"
-_FRAME_BYTES = 1 << 20  # one RPC frame (a call's payload) at most
-
-
-@dataclass
-class Prepared:
-    """A candidate that passed the checker and the gate, ready for a sandbox."""
-
-    source: Source
-    annotated: Annotated
-    gate: GateResult
-    check: CheckReport
-    prefix: list[SlotRecord]
-
-
-@dataclass
-class _Calls:
-    reports: list[CallReport] = field(default_factory=list)
-    invoked: set[Identity] = field(default_factory=set)
-    races: dict[Identity, int] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def add(self, report: CallReport) -> None:
-        with self.lock:
-            self.reports.append(report)
-
-    def counts(self) -> dict[str, int]:
-        outcomes = [r.outcome for r in self.reports]
-        return {
-            "executed": sum(1 for r in self.reports if r.attempted),
-            "succeeded": outcomes.count(Outcome.EXECUTED),
-            "failed": outcomes.count(Outcome.FAILED),
-            "replayed": outcomes.count(Outcome.REPLAYED),
-            "denied": outcomes.count(Outcome.DENIED),
-        }
 
 
 @dataclass
 class Admitted:
-    """A candidate after the pre-spend half; ``prepared`` is None when it was refused."""
+    """A numbered revision after the pre-spend half; ``admission`` is None when refused."""
 
     run_id: str
     revision: int
     source: Source
     args_text: str
-    prepared: Prepared | None
-    report: dict[str, Any]
+    admission: Admission | None
+    report: RunReport
 
 
 def args_json(args: Any, envelope: Envelope) -> str:
@@ -101,262 +64,202 @@ def args_json(args: Any, envelope: Envelope) -> str:
     return args_text
 
 
-def empty_report(run_id: str) -> dict[str, Any]:
-    return {
-        "run_id": run_id, "revision": None, "status": "stopped", "result": None,
-        "error": None,
-        "calls": {"executed": 0, "succeeded": 0, "failed": 0, "replayed": 0, "denied": 0},
-        "identities": [], "orphans": [], "gate": {"accepted": False, "counterexamples": []},
-        "certificate": None, "violations": [], "warnings": [], "sandbox": None,
-    }
-
-
 class Pipeline:
-    def __init__(self, *, store: RunStore, broker_for: Any, runner: Runner,
-                 runs_dir: Path, settings: Any) -> None:
-        """``broker_for(envelope) -> Broker`` builds the broker with the run's envelope."""
+    def __init__(self, *, store: RunStore, runner: Any, settings: Settings,
+                 executor_for: Callable[[Envelope], Executor] | None) -> None:
+        """``executor_for(envelope)`` gives what spends on new calls (the broker)."""
         self.store = store
-        self.broker_for = broker_for
         self.runner = runner
-        self.runs_dir = runs_dir
         self.settings = settings
-
-    # ---- pre-spend ------------------------------------------------------------------------
-
-    def prepare(self, run_id: str, source: Source, report: dict[str, Any]) -> Prepared | None:
-        """Check, annotate and gate; on refusal fill ``report`` and return None."""
-        checked = check(source.text)
-        if not checked.valid:
-            report["violations"] = [v.to_json() for v in checked.violations]
-            report["error"] = {"type": "CheckFailed", "identity": None, "message": (
-                f"the checker rejected the script ({len(checked.violations)} violation(s)); "
-                "fix them and submit again")}
-            return None
-        annotated = annotate(source.text, ast.parse(source.text))
-        verify_annotation(annotated)
-        prefix = self.store.list_slots(run_id)
-        gate = check_gate(frozen_sites(prefix), annotated.sites)
-        report["gate"] = gate.to_json()
-        if not gate.accepted:
-            report["error"] = {"type": "GateRejected", "identity": None, "message": (
-                "the gate stopped the candidate before any container started: "
-                + "; ".join(c.describe() for c in gate.counterexamples))}
-            return None
-        return Prepared(source, annotated, gate, checked, prefix)
-
-    # ---- the run -----------------------------------------------------------------------------
+        self.executor_for = executor_for
 
     def run(self, run_id: str, script: bytes | str, args: Any, envelope: Envelope
-            ) -> dict[str, Any]:
+            ) -> RunReport:
         admitted = self.admit(run_id, script, args, envelope)
-        if admitted.prepared is None:
+        if admitted.admission is None:
             return admitted.report
         return self.execute(admitted, envelope)
 
+    # ---- pre-spend ---------------------------------------------------------------------------
+
     def admit(self, run_id: str, script: bytes | str, args: Any, envelope: Envelope
               ) -> Admitted:
-        """The pre-spend half: validate args, check, annotate, gate, number the revision.
+        """Validate args, check, annotate, gate, number the revision.
 
-        A refused candidate is recorded and finished here, so it never needs a sandbox
-        (the Celery dispatcher stops at this point and hands accepted ones on).
+        A refused candidate is recorded and finished here, so it never needs a sandbox.
         """
-        report = empty_report(run_id)
         source = decode_source(script)
         args_text = args_json(args, envelope)
         self.store.ensure_run(run_id)
-        prepared = self.prepare(run_id, source, report)
+        slots = self.store.list_slots(run_id)
+        decided = admit(source, slots, relocation=str(self.settings.relocation))
         revision = self.store.add_revision(run_id, source.text, source.digest)
-        report["revision"] = revision
-        if prepared is None:
-            # Nothing ran; the prefix is untouched, and the report says so.
-            report["certificate"] = self.verified_certificate(run_id)
-            kind = "check_rejected" if report["violations"] else "gate_rejected"
-            self.store.add_event(run_id, kind, report["error"]["message"], revision=revision,
-                                 data={"gate": report["gate"], "violations": report["violations"]})
-            self.store.finish_revision(run_id, revision, "stopped", report)
-        return Admitted(run_id, revision, source, args_text, prepared, report)
+        report = RunReport(run_id=run_id, revision=revision)
+        if isinstance(decided, Refusal):
+            self._refused(report, decided)
+            return Admitted(run_id, revision, source, args_text, None, report)
+        report.gate = GateReport.model_validate(decided.gate.to_json())
+        return Admitted(run_id, revision, source, args_text, decided, report)
 
-    def execute(self, admitted: Admitted, envelope: Envelope, *, workdir: str | None = None
-                ) -> dict[str, Any]:
-        """The spending half: sandbox, runtime rule per call, certificate, finish.
+    def _refused(self, report: RunReport, refusal: Refusal) -> None:
+        if refusal.gate is None:
+            report.violations = [v.to_json() for v in refusal.check.violations]
+            report.error = ErrorReport(type="CheckFailed", message=(
+                f"the checker rejected the script ({len(refusal.check.violations)} "
+                "violation(s)); fix them and submit again"))
+            kind = "check_rejected"
+        else:
+            report.gate = GateReport.model_validate(refusal.gate.to_json())
+            report.error = ErrorReport(type="GateRejected", message=(
+                "the gate stopped the candidate before any container started: "
+                + "; ".join(c.describe() for c in refusal.gate.counterexamples)))
+            kind = "gate_rejected"
+        report.status = RevisionStatus.STOPPED
+        report.certificate = self.verified_certificate(report.run_id)
+        assert report.revision is not None
+        self.store.add_event(report.run_id, kind, report.error.message,
+                             revision=report.revision,
+                             data={"gate": report.gate.model_dump(mode="json"),
+                                   "violations": report.violations})
+        self.store.finish_revision(report.run_id, report.revision, "stopped", report.to_json())
 
-        ``workdir`` names the revision's working directory under ``runs_dir/run_id``
-        (default ``rev-N``); a redelivered Celery job uses a fresh one per delivery.
+    # ---- the spending half -------------------------------------------------------------------
+
+    def execute(self, admitted: Admitted, envelope: Envelope, *, delivery: int = 1
+                ) -> RunReport:
+        """Sandbox, one decision per call, certificate, finish.
+
+        The gate runs again against the prefix as it is now; each delivery of a Celery
+        job gets its own RPC directory (``rev-N-dK``).
         """
-        assert admitted.prepared is not None, "execute() needs an accepted candidate"
+        assert admitted.admission is not None, "execute() needs an accepted candidate"
+        assert self.executor_for is not None, "this pipeline only admits"
         run_id, revision, report = admitted.run_id, admitted.revision, admitted.report
         self.store.set_run_status(run_id, RunStatus.RUNNING)
-        calls = _Calls()
-        broker = self.broker_for(envelope)
-        outcome, stop = self._execute(run_id, revision, admitted.prepared, admitted.args_text,
-                                      envelope, broker, calls, report,
-                                      workdir or f"rev-{revision}")
-        self._finish(run_id, revision, admitted.prepared, envelope, calls, outcome, stop, report)
-        return report
-
-    def _execute(self, run_id: str, revision: int, prepared: Prepared, args_text: str,
-                 envelope: Envelope, broker: Broker, calls: _Calls, report: dict[str, Any],
-                 workdir_name: str):
-        limits = envelope.sandbox
-        claim = getattr(self.runner, "claim", None)  # a pre-started (warm) sandbox, if any
-        warm = claim(limits) if claim is not None else None
-        if warm is not None:
-            job_dir, rpc_dir = warm.job_dir, warm.rpc_dir
-        else:
-            workdir = self.runs_dir / run_id / workdir_name
-            job_dir, rpc_dir = workdir / "job", workdir / "rpc"
-            shutil.rmtree(workdir, ignore_errors=True)
-            job_dir.mkdir(parents=True)
-            rpc_dir.mkdir()
-            rpc_dir.chmod(0o777)
-        nonce = secrets.token_hex(16)
-        (job_dir / "script.py").write_text(prepared.annotated.text, encoding="utf-8")
-        (job_dir / "args.json").write_text(args_text, encoding="utf-8")
-        (job_dir / "config.json").write_text(json.dumps({
-            "concurrency": envelope.concurrency, "frame_bytes": _FRAME_BYTES,
-            "output_bytes": limits.output_bytes, "log_lines": 200,
-            "deadline_seconds": limits.timeout_seconds + 30}))
-        (rpc_dir / "nonce").write_text(nonce)
-        for path in (job_dir / "script.py", job_dir / "args.json", job_dir / "config.json",
-                     rpc_dir / "nonce"):
-            path.chmod(0o644)
-        whitelist = {s.site: s.capability for s in prepared.annotated.sites}
-        fingerprints = {s.site: s.fingerprint for s in prepared.annotated.sites}
-        server = RpcServer(rpc_dir, nonce=nonce, whitelist=whitelist,
-                           handler=lambda frame: self._handle(run_id, revision, broker, calls,
-                                                              fingerprints, frame),
-                           concurrency=envelope.concurrency, frame_bytes=_FRAME_BYTES,
-                           output_bytes=limits.output_bytes)
-        report["sandbox"] = self.runner.kind
+        slots = self.store.list_slots(run_id)
+        admission = admitted.admission.regate(slots, str(self.settings.relocation))
+        report.gate = GateReport.model_validate(admission.gate.to_json())
+        if not admission.gate.accepted:
+            self._refused(report, Refusal(check=_no_violations(), gate=admission.gate))
+            self.store.set_run_status(run_id, RunStatus.STOPPED, report.error.message[:500]
+                                      if report.error else None)
+            return report
+        session = Session(
+            run_id=run_id, revision=revision, admission=admission, prefix=Prefix(slots),
+            args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
+            store=self.store, runner=self.runner, executor=self.executor_for(envelope),
+            rpc_dir=self.settings.runs_dir / run_id / f"rev-{revision}-d{delivery}")
         self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
                              revision=revision)
-        sandbox = self.runner.start(SandboxJob(run_id, job_dir, rpc_dir, limits))
-        try:
-            served = server.serve(sandbox, timeout=limits.timeout_seconds)
-            tail = sandbox.output()
-        finally:
-            sandbox.cleanup()
-        self.store.add_event(run_id, "sandbox_exit", f"sandbox exited with {served.exit_code}",
-                             revision=revision, data={"frames": served.frames})
-        outcome = served.outcome
-        if outcome is None and served.stop is None:
-            served.stop = SandboxError(
-                f"the sandbox exited with code {served.exit_code} without a result "
-                f"(killed by a limit or crashed); output tail: {tail[-600:]!r}")
-        return outcome, served.stop
-
-    def _handle(self, run_id: str, revision: int, broker: Broker, calls: _Calls,
-                fingerprints: dict[str, str], frame: Frame) -> dict[str, Any]:
-        identity = Identity(frame.site, frame.path, frame.occurrence)
-        with calls.lock:
-            calls.invoked.add(identity)
-        if frame.kind != "call":
-            return self._race(run_id, revision, calls, fingerprints, identity, frame)
-        report = broker.dispatch(CallRequest(run_id, revision, identity, frame.capability or "",
-                                             frame.payload, fingerprints[frame.site]))
-        calls.add(report)
-        if report.stop is not None:
-            raise report.stop
-        if report.outcome is Outcome.FAILED:
-            return {"ok": False, "error": report.error}
-        return {"ok": True, "result": report.result}
-
-    def _race(self, run_id: str, revision: int, calls: _Calls, fingerprints: dict[str, str],
-              identity: Identity, frame: Frame) -> dict[str, Any]:
-        """Race decisions are committed like calls, so a replay picks the same winner."""
-        if frame.kind == "race_lookup":
-            branches = frame.extra.get("branches")
-            with calls.lock:
-                calls.races[identity] = branches
-            slot = self.store.get_slot(run_id, identity)
-            if slot is None:
-                return {"ok": True, "result": {"winner": None}}
-            if slot.digest != payload_digest({"branches": branches}):
-                raise ReplayDivergence(f"race at {identity} now has {branches} branches; the "
-                                       "committed race had a different number",
-                                       identity=str(identity))
-            return {"ok": True, "result": slot.result}
-        winner = frame.extra.get("winner")
-        branches = calls.races.get(identity)
-        if not isinstance(winner, int) or not isinstance(branches, int) or winner >= branches:
-            raise ReplayDivergence(f"race at {identity} reported an invalid winner",
-                                   identity=str(identity))
-        self.store.commit(SlotRecord(run_id=run_id, identity=identity,
-                                     capability=RACE_CAPABILITY,
-                                     digest=payload_digest({"branches": branches}),
-                                     fingerprint=fingerprints[identity.site],
-                                     result={"winner": winner}, revision=revision), None)
-        return {"ok": True, "result": {"winner": winner}}
+        result = session.run()
+        self.store.add_event(run_id, "sandbox_exit", "sandbox finished", revision=revision,
+                             data={"calls": len(result.calls)})
+        self._finish(report, result, envelope)
+        return report
 
     # ---- after the sandbox -------------------------------------------------------------------
 
-    def _finish(self, run_id: str, revision: int, prepared: Prepared, envelope: Envelope,
-                calls: _Calls, outcome: dict[str, Any] | None, stop: ReviseError | None,
-                report: dict[str, Any]) -> None:
-        report["calls"] = calls.counts()
-        report["identities"] = [r.to_json() for r in sorted(calls.reports,
-                                                             key=lambda r: r.identity)]
-        report["warnings"] = sorted({w for r in calls.reports for w in r.warnings})
-        report["logs"] = (outcome or {}).get("logs", [])
-        run_status = RunStatus.FAILED
-        if stop is not None:
-            report["status"] = "stopped"
-            report["error"] = stop.to_json()
-            run_status = RunStatus.STOPPED
-            if stop.code == "attempt_unresolved":
-                run_status = RunStatus.BLOCKED
-        elif outcome is not None and outcome.get("ok"):
-            report["status"] = "succeeded"
-            report["result"] = outcome.get("result")
-            run_status = RunStatus.SUCCEEDED
-        else:
-            report["status"] = "failed"
-            error = dict((outcome or {}).get("error") or {})
-            report["error"] = {"type": error.pop("type", "ScriptError"),
-                               "message": error.pop("message", "the script failed"),
-                               "identity": error.pop("identity", None), **error}
-        if report["status"] == "succeeded":
-            self._orphans(run_id, revision, prepared, envelope, calls, report)
-            if report["status"] != "succeeded":
-                run_status = RunStatus.FAILED
+    def _finish(self, report: RunReport, result: SessionResult, envelope: Envelope) -> None:
+        run_id, revision = report.run_id, report.revision
+        assert revision is not None
+        report.sandbox = result.sandbox
+        report.warnings = sorted({*result.warnings, *getattr(self.runner, "warnings", ())})
+        report.logs = list((result.outcome or {}).get("logs") or [])[:200]
+        report.identities = [
+            IdentityReport(**c.identity.to_json(), capability=c.capability,
+                           outcome=str(c.outcome), cost=c.cost,
+                           replayed_from=None if c.replayed_from is None
+                           else str(c.replayed_from))
+            for c in sorted(result.calls, key=lambda c: c.identity)]
+        report.calls, report.spend = self._counts(run_id, revision, result)
+        run_status = self._status(report, result)
+        self._orphans(report, result, envelope)
+        if report.status is RevisionStatus.FAILED and run_status is RunStatus.SUCCEEDED:
+            run_status = RunStatus.FAILED
         certificate = build_certificate(self.store.list_slots(run_id))
         self.store.save_certificate(run_id, revision, certificate.digest,
                                     list(certificate.entries))
-        report["certificate"] = self.verified_certificate(run_id)
+        report.certificate = self.verified_certificate(run_id)
         detail = None
-        if run_status is RunStatus.BLOCKED:
-            detail = f"blocked: unresolved attempt at {report['error']['identity']}"
-        elif report["error"]:
-            detail = report["error"]["message"][:500]
-        self.store.finish_revision(run_id, revision, report["status"], report)
+        if run_status is RunStatus.BLOCKED and report.error is not None:
+            detail = f"blocked: unresolved attempt at {report.error.identity}"
+        elif report.error is not None:
+            detail = report.error.message[:500]
+        self.store.finish_revision(run_id, revision, str(report.status), report.to_json())
         self.store.set_run_status(run_id, run_status, detail)
-        self.store.add_event(run_id, "revision_finished", f"revision {revision} "
-                             f"{report['status']}", revision=revision, data=report["calls"])
+        self.store.add_event(run_id, "revision_finished",
+                             f"revision {revision} {report.status}", revision=revision,
+                             data=report.calls.model_dump())
 
-    def verified_certificate(self, run_id: str) -> dict[str, Any]:
-        """The latest persisted certificate recomputed from the store, with differences."""
-        slots = self.store.list_slots(run_id)
-        persisted = self.store.latest_certificate(run_id)
-        if persisted is None:
-            return build_certificate(slots).to_json()
-        return verify(persisted.digest, persisted.entries, slots).to_json()
+    def _counts(self, run_id: str, revision: int, result: SessionResult
+                ) -> tuple[CallCounts, float]:
+        """From the store's attempts of this revision (every delivery) and the session's
+        replays of slots committed by earlier revisions: the provider log agrees."""
+        attempts = [a for a in self.store.list_attempts(run_id) if a.revision == revision]
+        replayed = sum(1 for c in result.calls if str(c.outcome) == "replayed"
+                       and (c.committed_by is None or c.committed_by < revision))
+        denied = sum(1 for c in result.calls if str(c.outcome) == "denied")
+        spend = sum(lookup(a.capability).unit_price for a in attempts)
+        return CallCounts(
+            executed=len(attempts),
+            succeeded=sum(1 for a in attempts if a.status in (AttemptStatus.SUCCEEDED,
+                                                              AttemptStatus.RESOLVED)),
+            failed=sum(1 for a in attempts if a.status is AttemptStatus.FAILED),
+            replayed=replayed, denied=denied), round(spend, 6)
 
-    def _orphans(self, run_id: str, revision: int, prepared: Prepared, envelope: Envelope,
-                 calls: _Calls, report: dict[str, Any]) -> None:
-        frozen = {s.identity for s in prepared.prefix}
-        orphans = sorted(frozen - calls.invoked)
-        report["orphans"] = [o.to_json() | {"identity": str(o)} for o in orphans]
+    def _status(self, report: RunReport, result: SessionResult) -> RunStatus:
+        stop, outcome = result.stop, result.outcome
+        if stop is not None:
+            report.status = RevisionStatus.STOPPED
+            report.error = ErrorReport.model_validate(stop.to_json())
+            if stop.code == "attempt_unresolved":
+                return RunStatus.BLOCKED
+            return RunStatus.STOPPED
+        if outcome is not None and outcome.get("ok"):
+            report.status = RevisionStatus.SUCCEEDED
+            report.result = outcome.get("result")
+            return RunStatus.SUCCEEDED
+        report.status = RevisionStatus.FAILED
+        error = dict((outcome or {}).get("error") or {})
+        report.error = ErrorReport.model_validate({
+            **error, "type": str(error.get("type") or "ScriptError"),
+            "message": str(error.get("message") or "the script failed"),
+            "identity": error.get("identity")})
+        return RunStatus.FAILED
+
+    def _orphans(self, report: RunReport, result: SessionResult, envelope: Envelope) -> None:
+        """Frozen identities this revision did not reach, for every revision."""
+        orphans = result.prefix.orphans()
+        report.orphans = [OrphanReport(**o.to_json(), identity=str(o)) for o in orphans]
         if not orphans:
             return
+        run_id, revision = report.run_id, report.revision
+        assert revision is not None
         policy = envelope.orphan_policy or self.settings.orphan_policy
         self.store.save_orphans(run_id, revision, orphans, str(policy))
         self.store.add_event(run_id, "orphans", f"{len(orphans)} committed identities were "
                              "not invoked", revision=revision,
                              data={"identities": [str(o) for o in orphans]})
-        if policy is OrphanPolicy.STOP:
-            report["status"] = "failed"
-            report["error"] = OrphanStop(
+        if policy is OrphanPolicy.STOP and report.status is RevisionStatus.SUCCEEDED:
+            report.status = RevisionStatus.FAILED
+            report.result = None
+            report.error = ErrorReport.model_validate(OrphanStop(
                 f"{len(orphans)} committed identities were not invoked (orphan policy stop): "
                 + ", ".join(str(o) for o in orphans[:5]),
-                identity=str(orphans[0])).to_json()
+                identity=str(orphans[0])).to_json())
+
+    def verified_certificate(self, run_id: str) -> CertificateReport:
+        """The latest persisted certificate recomputed from the store, with differences."""
+        slots = self.store.list_slots(run_id)
+        persisted = self.store.latest_certificate(run_id)
+        if persisted is None:
+            return CertificateReport.model_validate(build_certificate(slots).to_json())
+        return CertificateReport.model_validate(
+            verify(persisted.digest, persisted.entries, slots).to_json())
+
+
+def _no_violations() -> Any:
+    from orchestrator.checker import CheckReport
+
+    return CheckReport.from_violations([])
 

@@ -96,7 +96,8 @@ def repair_cmd(
         report = None
         if execute and result.candidate is not None:
             report = services.pipeline().run(run_id, result.candidate,
-                                             run_args if run_args is not None else {}, env)
+                                             run_args if run_args is not None else {},
+                                             env).to_json()
     finally:
         services.close()
         _close(backend)

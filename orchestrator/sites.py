@@ -1,39 +1,69 @@
-"""Structural callsites σ = (f, b1..bk, j) and call-expression fingerprints (pure).
+"""Structural callsites and call-expression fingerprints (pure).
 
-A site is written ``f/b1/.../#j``: ``f`` the enclosing function (nested
-functions qualified with dots, e.g. ``orchestrate.gen``), each ``b`` the kind
-and ordinal of a statement block, ``j`` the ordinal of the call among the
-calls made directly in the innermost block.
+A *local site* names one call expression inside one function: ``f/b1/.../#j``
+with ``f`` the function's qualified name, each ``b`` the kind and ordinal of a
+statement block, ``j`` the ordinal of the call among the calls made directly in
+the innermost block. Two kinds of call count: capability calls (``ctx.run``,
+``ctx.race``) and calls of the script's own async helpers that reach one.
 
-Only blocks that contain a capability call are counted, and only capability
-calls advance ``j``, so comments, formatting, payload values and call-free
-statements inserted before a site leave σ unchanged (the paper's Lemma 1),
-while wrapping a call in a new block or moving it into a helper changes it.
-``ctx.race`` calls get sites too: the host records the winner there.
+A *site* σ is the chain of local sites from ``orchestrate`` down to a capability
+call, joined by ``>``: ``orchestrate/#1>orchestrate.gen/#0`` is the ``ctx.run``
+of helper ``gen`` reached through the helper call ``#1`` of ``orchestrate``. A
+helper called from two places therefore has two sites, and a call inserted in
+front of a helper call no longer shifts the occurrences of the helper's calls.
+
+Only blocks that contain a counted call are numbered and only counted calls
+advance ``j``, so comments, formatting, payload values and call-free statements
+inserted before a site leave σ unchanged, while wrapping a call in a new block
+or moving it into a helper changes it (the gate's remap then relocates it).
+
+A function defined inside a block is named after the block
+(``orchestrate/if0.gen``), so two same-named definitions get distinct sites.
 """
 
 from __future__ import annotations
 
 import ast
-import copy
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from broker.errors import AnnotationError
 from broker.identity import sha256_hex
 
 SITE_KEYWORD = "_site"
 SITE_METHODS = frozenset({"run", "race"})
+AT_FUNCTION = "__at__"  # the host's call-site tag around a helper call
+RACE = "ctx.race"
+ENTRY = "orchestrate"
+MAX_SITES = 10_000
+
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+_BLOCK_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
+    ast.If: (("body", "if"), ("orelse", "else")),
+    ast.For: (("body", "for"), ("orelse", "forelse")),
+    ast.AsyncFor: (("body", "afor"), ("orelse", "aforelse")),
+    ast.While: (("body", "while"), ("orelse", "whileelse")),
+    ast.With: (("body", "with"),),
+    ast.AsyncWith: (("body", "awith"),),
+    ast.Try: (("body", "try"), ("orelse", "tryelse"), ("finalbody", "finally")),
+    ast.TryStar: (("body", "try"), ("orelse", "tryelse"), ("finalbody", "finally")),
+}
 
 
 @dataclass(frozen=True)
 class Site:
-    site: str
+    """One capability call as reached from the entry point."""
+
+    site: str  # the chain of local sites, joined by ">"
     capability: str  # the capability name, or "ctx.race" for a race decision
-    fingerprint: str
-    line: int
+    fingerprint: str  # the capability call's own expression
+    chain_fingerprint: str  # ... and the arguments of every helper call on the way
+    line: int  # of the capability call
     col: int  # UTF-8 byte offset, as the ast module reports it
     end_line: int
     end_col: int
+    entry_line: int  # of the first call on the chain (the helper call in the caller)
 
 
 def is_site_call(node: ast.AST) -> TypeGuard[ast.Call]:
@@ -46,120 +76,264 @@ def is_site_call(node: ast.AST) -> TypeGuard[ast.Call]:
     )
 
 
+def is_at_call(node: ast.AST) -> TypeGuard[ast.Call]:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == AT_FUNCTION and len(node.args) == 2 and not node.keywords
+            and isinstance(node.args[1], ast.Call))
+
+
 def capability_of(call: ast.Call) -> str:
     if isinstance(call.func, ast.Attribute) and call.func.attr == "race":
-        return "ctx.race"
+        return RACE
     if call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str):
         return call.args[0].value
     return "<dynamic>"
 
 
-def _without_sites(node: ast.AST) -> ast.AST:
-    """A copy of ``node`` with every ``_site`` keyword removed, at any depth."""
-    clone = copy.deepcopy(node)
-    for sub in ast.walk(clone):
-        if isinstance(sub, ast.Call):
-            sub.keywords = [kw for kw in sub.keywords if kw.arg != SITE_KEYWORD]
-    return clone
+def _dump(node: ast.AST) -> str:
+    return ast.dump(node, include_attributes=False)
 
 
 def fingerprint(call: ast.Call) -> str:
-    """Hash of the call's normalized argument AST; host annotations excluded.
+    """Hash of the call's normalized expression; host annotations excluded.
 
     ``ast.dump`` without attributes ignores positions, comments and formatting;
     any literal or expression edit inside the call changes it.
     """
-    bare = _without_sites(call)
-    assert isinstance(bare, ast.Call)
-    parts = [ast.dump(arg, include_attributes=False) for arg in bare.args]
-    parts += [f"{kw.arg}={ast.dump(kw.value, include_attributes=False)}" for kw in bare.keywords]
-    return sha256_hex(ast.dump(bare.func, include_attributes=False) + "(" + ",".join(parts) + ")")
+    parts = [_dump(arg) for arg in call.args]
+    parts += [f"{kw.arg}={_dump(kw.value)}" for kw in call.keywords if kw.arg != SITE_KEYWORD]
+    return sha256_hex(_dump(call.func) + "(" + ",".join(parts) + ")")
 
 
-_BLOCK_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
-    ast.If: (("body", "if"), ("orelse", "else")),
-    ast.For: (("body", "for"), ("orelse", "forelse")),
-    ast.AsyncFor: (("body", "afor"), ("orelse", "aforelse")),
-    ast.While: (("body", "while"), ("orelse", "whileelse")),
-    ast.With: (("body", "with"),),
-    ast.AsyncWith: (("body", "awith"),),
-    ast.Try: (("body", "try"), ("orelse", "tryelse"), ("finalbody", "finally")),
-    ast.TryStar: (("body", "try"), ("orelse", "tryelse"), ("finalbody", "finally")),
-}
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
+def arguments_fingerprint(call: ast.Call) -> str:
+    """A helper call's arguments only: renaming the helper keeps it."""
+    parts = [_dump(arg) for arg in call.args] + [f"{kw.arg}={_dump(kw.value)}"
+                                                  for kw in call.keywords]
+    return sha256_hex("(" + ",".join(parts) + ")")
 
 
-def _direct_calls(node: ast.AST) -> list[ast.Call]:
-    """Site calls in an expression or simple statement, not crossing into functions."""
-    found: list[ast.Call] = []
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        if isinstance(current, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            continue
-        if is_site_call(current):
-            found.append(current)
-        stack.extend(ast.iter_child_nodes(current))
-    return sorted(found, key=lambda c: (c.lineno, c.col_offset))
+# ---- functions, scopes and which of them reach a capability call ---------------------------
 
 
-def _contains_site_call(node: ast.AST) -> bool:
-    return any(is_site_call(n) for n in ast.walk(node))
+@dataclass
+class _Scope:
+    parent: _Scope | None
+    bindings: dict[str, list[_Function]] = field(default_factory=dict)
+
+    def resolve(self, name: str) -> list[_Function]:
+        scope: _Scope | None = self
+        while scope is not None:
+            if name in scope.bindings:
+                return scope.bindings[name]
+            scope = scope.parent
+        return []
 
 
-class _SiteAssigner:
-    def __init__(self) -> None:
-        self.sites: list[Site] = []
-        self._nodes: list[ast.Call] = []
+@dataclass
+class _Function:
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    qualname: str
+    inner: _Scope  # the names bound inside the function's body
 
-    def function(self, fn: ast.FunctionDef | ast.AsyncFunctionDef, qualname: str) -> None:
-        for arg_default in fn.args.defaults + fn.args.kw_defaults:
-            if arg_default is not None:
-                self._calls_in(arg_default, qualname)
-        self.block(fn.body, qualname, qualname)
 
-    def block(self, stmts: list[ast.stmt], prefix: str, qualname: str) -> None:
-        ordinal = 0
-        direct = 0
-        for stmt in stmts:
-            if isinstance(stmt, _FUNCTIONS):
-                self.function(stmt, f"{qualname}.{stmt.name}")
+def unwrap_at(tree: ast.AST) -> dict[int, str]:
+    """Replace each ``__at__("site", helper(...))`` by the helper call, in place.
+
+    Returns the tag of every unwrapped helper call (by node id), so the annotation
+    can be verified after a re-parse.
+    """
+    tags: dict[int, str] = {}
+    for node in ast.walk(tree):
+        for name, value in ast.iter_fields(node):
+            if isinstance(value, list):
+                for index, item in enumerate(value):
+                    if is_at_call(item):
+                        value[index] = _take_tag(item, tags)
+            elif is_at_call(value):
+                setattr(node, name, _take_tag(value, tags))
+    return tags
+
+
+def _take_tag(at: ast.Call, tags: dict[int, str]) -> ast.Call:
+    inner = at.args[1]
+    assert isinstance(inner, ast.Call)
+    tag = at.args[0]
+    tags[id(inner)] = tag.value if isinstance(tag, ast.Constant) else ""
+    return inner
+
+
+class _Program:
+    """Functions by qualified name, name resolution, and the effectful ones."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.functions: list[_Function] = []
+        self._collect(tree.body, _Scope(None), "")
+        self.effectful = self._effectful()
+
+    def _collect(self, stmts: list[ast.stmt], scope: _Scope, owner: str) -> None:
+        """Bind every def in ``stmts`` (at any block depth, not inside other defs)."""
+        seen: dict[str, int] = {}
+        for stmt, block in _statements_with_blocks(stmts, ""):
+            if not isinstance(stmt, _FUNCTIONS):
                 continue
-            if isinstance(stmt, ast.ClassDef):
+            base = stmt.name if not owner else (
+                f"{owner}.{stmt.name}" if not block else f"{owner}/{block}.{stmt.name}")
+            seen[base] = seen.get(base, 0) + 1
+            qualname = base if seen[base] == 1 else f"{base}~{seen[base]}"
+            function = _Function(stmt, qualname, _Scope(scope))
+            self.functions.append(function)
+            scope.bindings.setdefault(stmt.name, []).append(function)
+            self._collect(stmt.body, function.inner, qualname)
+
+    def callees(self, function: _Function, name: str) -> list[_Function]:
+        return function.inner.resolve(name)
+
+    def _effectful(self) -> set[int]:
+        """Functions (by node id) that reach a capability call, directly or through helpers."""
+        found = {id(f.node) for f in self.functions
+                 if any(is_site_call(n) for n in _own_nodes(f.node))}
+        changed = True
+        while changed:
+            changed = False
+            for function in self.functions:
+                if id(function.node) in found:
+                    continue
+                if any(id(t.node) in found for _, targets in self.references(function)
+                       for t in targets):
+                    found.add(id(function.node))
+                    changed = True
+        return found
+
+    def references(self, function: _Function) -> Iterator[tuple[ast.Name, list[_Function]]]:
+        """Names in ``function``'s own body that resolve to script functions."""
+        for node in _own_nodes(function.node):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+                targets = function.inner.resolve(node.id)
+                if targets:
+                    yield node, targets
+
+    def is_effectful(self, function: _Function) -> bool:
+        return id(function.node) in self.effectful
+
+
+def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
+    """Every node of a function's body, not descending into nested functions."""
+    stack: list[ast.AST] = list(getattr(fn, "body", []))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def _statements_with_blocks(stmts: list[ast.stmt], where: str
+                            ) -> Iterator[tuple[ast.stmt, str]]:
+    """Statements at any block depth (not inside defs), with their block path.
+
+    Only compound statements that hold a definition are numbered, so a statement
+    inserted elsewhere does not rename the definitions (and their sites).
+    """
+    ordinal = -1
+    for stmt in stmts:
+        yield stmt, where
+        fields = _BLOCK_FIELDS.get(type(stmt))
+        if fields is None or not any(isinstance(n, _FUNCTIONS) for n in ast.walk(stmt)):
+            continue
+        ordinal += 1
+        for name, kind in fields:
+            body = getattr(stmt, name)
+            if body:
+                inner = f"{where}/{kind}{ordinal}" if where else f"{kind}{ordinal}"
+                yield from _statements_with_blocks(body, inner)
+        if isinstance(stmt, ast.Try | ast.TryStar):
+            for index, handler in enumerate(stmt.handlers):
+                inner = f"{where}/except{ordinal}.{index}" if where else f"except{ordinal}.{index}"
+                yield from _statements_with_blocks(handler.body, inner)
+
+
+# ---- local sites ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LocalCall:
+    """A counted call inside one function: a capability call or an effectful helper call."""
+
+    node: ast.Call
+    local: str
+    helpers: tuple[_Function, ...] = ()  # empty for a capability call
+
+
+class _LocalSites:
+    def __init__(self, program: _Program) -> None:
+        self.program = program
+        self.calls: dict[int, LocalCall] = {}
+        self.by_function: dict[int, list[LocalCall]] = {}
+        for function in program.functions:
+            found: list[LocalCall] = []
+            self._block(function, function.node.body, function.qualname, found)
+            self.by_function[id(function.node)] = found
+            for call in found:
+                self.calls[id(call.node)] = call
+
+    def _counted(self, function: _Function, node: ast.AST) -> LocalCall | None:
+        if is_site_call(node):
+            return LocalCall(node, "")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            helpers = [f for f in self.program.callees(function, node.func.id)
+                       if self.program.is_effectful(f)]
+            if helpers:
+                return LocalCall(node, "", tuple(helpers))
+        return None
+
+    def _direct(self, function: _Function, node: ast.AST) -> list[LocalCall]:
+        found: list[LocalCall] = []
+        stack = [node]
+        while stack:
+            current = stack.pop()
+            if isinstance(current, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
+                continue
+            counted = self._counted(function, current)
+            if counted is not None:
+                found.append(counted)
+            stack.extend(ast.iter_child_nodes(current))
+        return sorted(found, key=lambda c: (c.node.lineno, c.node.col_offset))
+
+    def _contains(self, function: _Function, stmt: ast.stmt) -> bool:
+        for node in ast.walk(stmt):
+            if is_site_call(node):
+                return True
+            if isinstance(node, ast.Name) and any(
+                    self.program.is_effectful(f) for f in self.program.callees(function, node.id)):
+                return True
+        return False
+
+    def _block(self, function: _Function, stmts: list[ast.stmt], prefix: str,
+               found: list[LocalCall]) -> None:
+        ordinal = direct = 0
+        for stmt in stmts:
+            if isinstance(stmt, (*_FUNCTIONS, ast.ClassDef)):
                 continue
             fields = _BLOCK_FIELDS.get(type(stmt))
             if fields is None:
-                for call in _direct_calls(stmt):
-                    self._add(call, f"{prefix}/#{direct}")
+                for call in self._direct(function, stmt):
+                    found.append(LocalCall(call.node, f"{prefix}/#{direct}", call.helpers))
                     direct += 1
                 continue
-            if not _contains_site_call(stmt):
+            if not self._contains(function, stmt):
                 continue
-            # Header expressions (test, iterator, context items) count as direct calls.
-            for header in _headers(stmt):
-                for call in _direct_calls(header):
-                    self._add(call, f"{prefix}/#{direct}")
+            for header in _headers(stmt):  # test, iterator, context items count as direct
+                for call in self._direct(function, header):
+                    found.append(LocalCall(call.node, f"{prefix}/#{direct}", call.helpers))
                     direct += 1
-            for field, kind in fields:
-                body = getattr(stmt, field)
+            for name, kind in fields:
+                body = getattr(stmt, name)
                 if body:
-                    self.block(body, f"{prefix}/{kind}{ordinal}", qualname)
+                    self._block(function, body, f"{prefix}/{kind}{ordinal}", found)
             if isinstance(stmt, ast.Try | ast.TryStar):
                 for index, handler in enumerate(stmt.handlers):
-                    self.block(handler.body, f"{prefix}/except{ordinal}.{index}", qualname)
+                    self._block(function, handler.body, f"{prefix}/except{ordinal}.{index}",
+                                found)
             ordinal += 1
-
-    def _calls_in(self, node: ast.AST, prefix: str) -> None:
-        for index, call in enumerate(_direct_calls(node)):
-            self._add(call, f"{prefix}/default#{index}")
-
-    def _add(self, call: ast.Call, site: str) -> None:
-        self._nodes.append(call)
-        self.sites.append(Site(
-            site=site, capability=capability_of(call), fingerprint=fingerprint(call),
-            line=call.lineno, col=call.col_offset,
-            end_line=call.end_lineno or call.lineno, end_col=call.end_col_offset or 0,
-        ))
 
 
 def _headers(stmt: ast.stmt) -> list[ast.AST]:
@@ -174,21 +348,78 @@ def _headers(stmt: ast.stmt) -> list[ast.AST]:
     return []
 
 
+# ---- chains ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SiteTable:
+    """Every site reachable from the entry point, and every counted call's local site."""
+
+    sites: tuple[Site, ...]
+    local: dict[int, LocalCall]  # by id() of the call node in the parsed tree
+
+    def by_site(self) -> dict[str, Site]:
+        return {s.site: s for s in self.sites}
+
+
+def site_table(tree: ast.Module) -> SiteTable:
+    """Sites of a parsed script (``__at__`` tags, if any, are unwrapped first)."""
+    unwrap_at(tree)
+    program = _Program(tree)
+    local = _LocalSites(program)
+    sites: dict[str, Site] = {}
+    roots = [f for f in program.functions if f.qualname == ENTRY]
+    for root in roots:
+        _walk_chain(program, local, root, (), (), None, [], sites)
+    return SiteTable(tuple(sites.values()), local.calls)
+
+
+def _walk_chain(program: _Program, local: _LocalSites, function: _Function,
+                chain: tuple[str, ...], chain_fps: tuple[str, ...], entry_line: int | None,
+                stack: list[int], out: dict[str, Site]) -> None:
+    if id(function.node) in stack:
+        return  # recursion: the checker refuses it; never loop here
+    stack.append(id(function.node))
+    for call in local.by_function.get(id(function.node), []):
+        line = entry_line if entry_line is not None else call.node.lineno
+        if not call.helpers:
+            _add_site(out, call, chain, chain_fps, line)
+            continue
+        for helper in call.helpers:
+            _walk_chain(program, local, helper, (*chain, call.local),
+                        (*chain_fps, arguments_fingerprint(call.node)), line, stack, out)
+    # Helpers handed over as values (ctx.pipeline stages, ctx.dag nodes) run on this chain.
+    counted = {id(c.node.func) for c in local.by_function.get(id(function.node), [])}
+    for name, targets in program.references(function):
+        if id(name) in counted:
+            continue
+        for target in targets:
+            if program.is_effectful(target):
+                _walk_chain(program, local, target, chain, chain_fps, entry_line, stack, out)
+    stack.pop()
+
+
+def _add_site(out: dict[str, Site], call: LocalCall, chain: tuple[str, ...],
+              chain_fps: tuple[str, ...], entry_line: int) -> None:
+    node = call.node
+    own = fingerprint(node)
+    name = ">".join((*chain, call.local))
+    out[name] = Site(
+        site=name, capability=capability_of(node), fingerprint=own,
+        chain_fingerprint=sha256_hex("|".join((*chain_fps, own))),
+        line=node.lineno, col=node.col_offset, end_line=node.end_lineno or node.lineno,
+        end_col=node.end_col_offset or 0, entry_line=entry_line)
+    if len(out) > MAX_SITES:
+        raise AnnotationError(f"the script reaches more than {MAX_SITES} call sites through "
+                              "its helpers; call fewer helpers from fewer places")
+
+
 def assign_sites(tree: ast.Module) -> list[Site]:
-    """Every ctx.run/ctx.race call in source order of traversal, with its site."""
-    assigner = _SiteAssigner()
-    for stmt in tree.body:
-        if isinstance(stmt, _FUNCTIONS):
-            assigner.function(stmt, stmt.name)
-        elif not isinstance(stmt, ast.ClassDef):
-            for call in _direct_calls(stmt):
-                assigner._add(call, f"<module>/#{len(assigner.sites)}")
-    return assigner.sites
+    """Every site reachable from ``orchestrate``."""
+    return list(site_table(tree).sites)
 
 
-def site_map(sites: list[Site]) -> dict[str, Site]:
-    return {s.site: s for s in sites}
-
-
-def count_capability_calls(sites: list[Site]) -> int:
-    return sum(1 for s in sites if s.capability != "ctx.race")
+def count_capability_calls(sites: list[Site] | tuple[Site, ...]) -> int:
+    """Capability call *expressions* in the source (a helper's call counts once)."""
+    return len({(s.site.rsplit(">", 1)[-1], s.fingerprint) for s in sites
+                if s.capability != RACE})

@@ -7,6 +7,7 @@ import ctypes
 import os
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -15,18 +16,11 @@ from pathlib import Path
 from typing import Protocol
 
 from broker.envelope import SandboxLimits
+from sandbox.job import SandboxJob, open_rpc_dir
 
 RUNTIME_PATH = Path(__file__).with_name("runtime.py")
 _CLONE_NEWNET = 0x40000000
 _PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True)
-class SandboxJob:
-    run_id: str
-    job_dir: Path
-    rpc_dir: Path
-    limits: SandboxLimits
 
 
 class Sandbox(Protocol):
@@ -34,6 +28,13 @@ class Sandbox(Protocol):
     def kill(self) -> None: ...
     def cleanup(self) -> None: ...
     def output(self) -> str: ...
+
+
+@dataclass
+class Launched:
+    job: SandboxJob
+    listener: socket.socket
+    sandbox: Sandbox
 
 
 class Runner(Protocol):
@@ -119,6 +120,16 @@ class ProcessRunner:
     isolation = ("process sandbox: rlimits, scrubbed environment, private temp dir and (where "
                  "the kernel allows) no network; weaker than the Docker sandbox")
 
+    warnings: tuple[str, ...] = ("process sandbox: weaker isolation than the Docker sandbox",)
+
+    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        listener = open_rpc_dir(rpc_dir)
+        job = SandboxJob(run_id, rpc_dir, limits)
+        return Launched(job, listener, self.start(job))
+
+    def close(self) -> None:
+        pass
+
     def start(self, job: SandboxJob) -> ProcessSandbox:
         workdir = tempfile.TemporaryDirectory(prefix="revise-proc-")
         log_path = Path(workdir.name) / "output.log"
@@ -126,8 +137,7 @@ class ProcessRunner:
                "TMPDIR": workdir.name, "HOME": workdir.name, "LANG": "C.UTF-8"}
         with open(log_path, "wb") as log:
             proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", str(RUNTIME_PATH), str(job.job_dir),
-                 str(job.rpc_dir)],
+                [sys.executable, "-I", "-S", "-B", str(RUNTIME_PATH), str(job.socket_path)],
                 cwd=workdir.name, env=env, stdin=subprocess.DEVNULL, stdout=log,
                 stderr=subprocess.STDOUT, close_fds=True,
                 preexec_fn=lambda: _limit_child(job.limits),

@@ -1,30 +1,39 @@
-"""The script runtime that runs inside the sandbox (container or child process).
+"""The script runtime that runs inside the sandbox (container or bubblewrap).
 
-Standard library only: this file is the whole of what the sandbox image
-carries. It executes the host-annotated script with a small builtins table
-and turns every ``ctx.run`` into a request frame on the RPC directory; the
-host decides (replay, execute, stop) and answers with a response frame.
+Standard library only: this file and ``language.py`` are the whole of what the
+sandbox carries. Usage::
 
-Usage: python3 -I -S -B runtime.py JOB_DIR RPC_DIR
-  JOB_DIR/script.py    the annotated script (exactly the text the host checked)
-  JOB_DIR/args.json    the script's args
-  JOB_DIR/config.json  {"concurrency", "frame_bytes", "output_bytes", "log_lines"}
-  RPC_DIR/nonce        per-run nonce; read once and removed
-  RPC_DIR/req-N.json   request frames (written atomically: temp file + rename)
-  RPC_DIR/resp-N.json  response frames from the host
-  RPC_DIR/result.json  the final outcome
-  RPC_DIR/go           written by the host when a pre-started (warm) sandbox gets its job
+    python3 -I -S -B runtime.py /rpc/rpc.sock
+
+The runtime connects to the host's socket, receives its job (script, args,
+config), executes the host-annotated script on its own small scheduler, and
+turns every ``ctx.run`` into a call frame. Every frame issued before the
+scheduler runs out of runnable tasks travels to the host in one batch, so the
+first calls of all the branches of a fanout reach the host together (a wave)
+and are decided together. The host answers each frame, or stops the run.
+
+There is no asyncio here: a script's awaitables are opaque objects that can
+only be awaited or handed to ``ctx.parallel`` / ``pipeline`` / ``dag`` /
+``race``. No future, task or event loop exists to be reached.
 """
 
-import asyncio
-import contextvars
 import json
 import os
+import socket
+import struct
 import sys
-import threading
 import time
+import types
+from collections import deque
 
-_PATH = contextvars.ContextVar("revise_fanout_path", default=())
+if __name__ == "__main__":
+    # -I leaves the script's own directory off sys.path; language.py sits beside us.
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import language
+else:  # imported as sandbox.runtime on the host (tests, the builtins proof)
+    from sandbox import language
+
+_HEADER = struct.Struct(">I")
 
 
 class CapabilityError(Exception):
@@ -40,264 +49,637 @@ class CapabilityError(Exception):
 
 
 class ScriptStopped(BaseException):
-    """The host ended the run (divergence, denial, budget, ...). Not catchable by scripts."""
+    """The host ended the run. A BaseException: scripts catch only named errors."""
 
 
-_IN_MOVED_TO = 0x00000080
-_IN_NONBLOCK_CLOEXEC = 0o4000 | 0o2000000
+# ---- the channel to the host -------------------------------------------------------------
 
 
-def _inotify(rpc_dir):
-    """An inotify fd watching for answers, or None (then we poll)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        fd = libc.inotify_init1(_IN_NONBLOCK_CLOEXEC)
-        if fd < 0:
-            return None
-        if libc.inotify_add_watch(fd, rpc_dir.encode(), _IN_MOVED_TO) < 0:
-            os.close(fd)
-            return None
-        return fd
-    except (ImportError, OSError, AttributeError):
-        return None
-
-
-class _Transport:
-    def __init__(self, rpc_dir, nonce, frame_bytes):
-        self.rpc_dir = rpc_dir
-        self.nonce = nonce
-        self.frame_bytes = frame_bytes
-        self.seq = 0
-        self.stopped = None
-        self._waiting = {}
-        self._fd = _inotify(rpc_dir)
-        self._reader = False
-
-    def _write(self, name, data):
-        tmp = os.path.join(self.rpc_dir, ".tmp-" + name)
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(data)
-        os.rename(tmp, os.path.join(self.rpc_dir, name))
-
-    def _answer_path(self, seq):
-        return os.path.join(self.rpc_dir, f"resp-{seq:08d}.json")
-
-    def _wake(self):
-        """An answer landed (or a poll tick): resolve every waiter whose answer exists."""
-        if self._fd is not None:
+class _Channel:
+    def __init__(self, path, connect_seconds=10.0):
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.monotonic() + connect_seconds
+        while True:
             try:
-                while os.read(self._fd, 65536):
-                    pass
-            except BlockingIOError:
-                pass
-        for seq, future in list(self._waiting.items()):
-            if not future.done() and os.path.exists(self._answer_path(seq)):
-                future.set_result(None)
+                self._sock.connect(path)
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+        self._buffer = bytearray()
 
-    async def _answer(self, seq):
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
-        self._waiting[seq] = future
-        if self._fd is not None and not self._reader:
-            loop.add_reader(self._fd, self._wake)
-            self._reader = True
-        delay = 0.0002
+    def send(self, message):
+        data = json.dumps(message, allow_nan=False, separators=(",", ":")).encode("utf-8")
+        self._sock.sendall(_HEADER.pack(len(data)) + data)
+
+    def _read(self, size):
+        while len(self._buffer) < size:
+            chunk = self._sock.recv(max(65536, size - len(self._buffer)))
+            if not chunk:
+                raise ScriptStopped("the host closed the connection")
+            self._buffer += chunk
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def receive(self):
+        (size,) = _HEADER.unpack(self._read(_HEADER.size))
+        return json.loads(self._read(size))
+
+
+# ---- awaitables a script holds (opaque: no public attributes) ----------------------------
+
+_OP_CALL, _OP_FANOUT, _OP_JOIN, _OP_RACE = "call", "fanout", "join", "race"
+
+
+class _Call:
+    """What ``ctx.run(...)`` returns: awaiting it sends one call frame."""
+
+    __slots__ = ("_capability", "_payload", "_take", "_site", "_awaited")
+
+    def __init__(self, capability, payload, take, site):
+        self._capability = capability
+        self._payload = payload
+        self._take = take
+        self._site = site
+        self._awaited = False
+
+    def __await__(self):
+        if self._awaited:
+            raise RuntimeError("a ctx.run(...) call can be awaited only once; call it again")
+        self._awaited = True
+        return (yield (_OP_CALL, self))
+
+
+class _At:
+    """A helper call, tagged by the host with its call site (``__at__`` in the script)."""
+
+    __slots__ = ("_site", "_coro")
+
+    def __init__(self, site, coro):
+        self._site = site
+        self._coro = coro
+
+    def __await__(self):
+        chain = _SCHEDULER.current.chain
+        chain.append(self._site)
         try:
-            while not os.path.exists(self._answer_path(seq)):
-                # inotify wakes us at once; the timeout is only a safety net (and the
-                # whole mechanism where inotify is unavailable).
-                await asyncio.wait([future], timeout=delay if self._fd is None else 0.05)
-                delay = min(delay * 1.5, 0.002)
+            return (yield from _awaitable_iter(self._coro))
         finally:
-            del self._waiting[seq]
-
-    async def call(self, frame):
-        if self.stopped is not None:
-            raise ScriptStopped(self.stopped)
-        self.seq += 1
-        seq = self.seq
-        frame = dict(frame, v=1, seq=seq, nonce=self.nonce)
-        data = json.dumps(frame, allow_nan=False, separators=(",", ":"))
-        if len(data.encode("utf-8")) > self.frame_bytes:
-            raise ValueError(
-                f"capability payload is {len(data)} bytes; the frame limit is "
-                f"{self.frame_bytes}: pass references to artifacts instead of large data")
-        self._write(f"req-{seq:08d}.json", data)
-        await self._answer(seq)
-        response_path = self._answer_path(seq)
-        with open(response_path, encoding="utf-8") as fh:
-            response = json.load(fh)
-        os.unlink(response_path)
-        if "stop" in response:
-            self.stopped = response["stop"].get("message", "run stopped by the host")
-            raise ScriptStopped(self.stopped)
-        return response
+            chain.pop()
 
 
-def _branch(coro, path):
-    context = contextvars.copy_context()
-    context.run(_PATH.set, path)
-    return asyncio.get_running_loop().create_task(coro, context=context)
+class _Fanout:
+    """What ``ctx.parallel`` / ``pipeline`` / ``dag`` return."""
+
+    __slots__ = ("_kind", "_spec", "_awaited")
+
+    def __init__(self, kind, spec):
+        self._kind = kind
+        self._spec = spec
+        self._awaited = False
+
+    def __await__(self):
+        if self._awaited:
+            raise RuntimeError(f"a ctx.{self._kind}(...) can be awaited only once")
+        self._awaited = True
+        return (yield (_OP_FANOUT, self))
 
 
-def _first_failure(outcomes):
-    for outcome in outcomes:
-        if isinstance(outcome, ScriptStopped):
-            return outcome
-    for outcome in outcomes:
-        if isinstance(outcome, BaseException):
-            return outcome
-    return None
+class _Race:
+    __slots__ = ("_items", "_site", "_awaited")
+
+    def __init__(self, items, site):
+        self._items = items
+        self._site = site
+        self._awaited = False
+
+    def __await__(self):
+        if self._awaited:
+            raise RuntimeError("a ctx.race(...) can be awaited only once")
+        self._awaited = True
+        return (yield (_OP_RACE, self))
+
+
+class _Join:
+    __slots__ = ("_task",)
+
+    def __init__(self, task):
+        self._task = task
+
+    def __await__(self):
+        return (yield (_OP_JOIN, self._task))
+
+
+_AWAITABLES = (_Call, _At, _Fanout, _Race)
+
+
+def _awaitable_iter(item):
+    if isinstance(item, types.CoroutineType):
+        return item.__await__()
+    if isinstance(item, _AWAITABLES):
+        return item.__await__()
+    raise TypeError(f"cannot await {type(item).__name__}")
+
+
+async def _drive(item):
+    return await _Await(item)
+
+
+class _Await:
+    __slots__ = ("_item",)
+
+    def __init__(self, item):
+        self._item = item
+
+    def __await__(self):
+        return (yield from _awaitable_iter(self._item))
+
+
+def _branch_items(name, items):
+    if not isinstance(items, list | tuple):
+        raise TypeError(f"ctx.{name} takes a list of calls, got {type(items).__name__}")
+    items = list(items)
+    for item in items:
+        if not isinstance(item, (types.CoroutineType, *_AWAITABLES)):
+            _close_all(items)
+            raise TypeError(f"ctx.{name} takes a list of calls; got {type(item).__name__}: "
+                            "call the helper, do not await it first")
+    return items
 
 
 def _close_all(items):
     for item in items:
-        if asyncio.iscoroutine(item):
-            item.close()
+        _close(item)
 
 
-def _check_awaitables(name, items):
-    if not isinstance(items, list | tuple):
-        raise TypeError(f"ctx.{name} takes a list of calls, got {type(items).__name__}")
-    for item in items:
-        if not asyncio.iscoroutine(item):
-            _close_all(items)
-            raise TypeError(f"ctx.{name} takes a list of calls (coroutines); got "
-                            f"{type(item).__name__}: call the function, do not await it first")
-    return list(items)
+def _close(item):
+    if isinstance(item, types.CoroutineType):
+        item.close()
+    elif isinstance(item, _At):
+        _close(item._coro)
+
+
+# ---- tasks and the scheduler -------------------------------------------------------------
+
+
+class _Task:
+    __slots__ = ("coro", "path", "chain", "done", "value", "error", "waiters", "hold",
+                 "held", "cancelled")
+
+    def __init__(self, coro, path, chain):
+        self.coro = coro
+        self.path = path
+        self.chain = chain
+        self.done = False
+        self.value = None
+        self.error = None
+        self.waiters = []  # callbacks run when the task ends
+        self.hold = None  # a race collecting first calls: hold this task's first call
+        self.held = None
+        self.cancelled = False
+
+
+class _Scheduler:
+    def __init__(self):
+        self.current = None
+        self.ready = deque()
+        self.channel = None
+        self.nonce = None
+        self.frame_bytes = 1 << 20
+        self.message_bytes = 4 << 20
+        self.seq = 0
+        self.outbox = []
+        self.pending = {}  # seq -> (task, on_answer)
+        self.occurrences = {}
+        self.stopped = None
+
+    # -- stepping --
+
+    def spawn(self, coro, path, chain):
+        task = _Task(coro, path, list(chain))
+        self.ready.append((task, None, None))
+        return task
+
+    def step(self, task, value, error):
+        if task.done or task.cancelled:
+            return
+        self.current = task
+        try:
+            if error is not None:
+                op = task.coro.throw(error)
+            else:
+                op = task.coro.send(value)
+        except StopIteration as stop:
+            self._finish(task, stop.value, None)
+            return
+        except BaseException as exc:  # the task failed (ScriptStopped included)
+            self._finish(task, None, exc)
+            return
+        finally:
+            self.current = None
+        self._dispatch(task, op)
+
+    def _finish(self, task, value, error):
+        task.done = True
+        task.value, task.error = value, error
+        waiters, task.waiters = task.waiters, []
+        for waiter in waiters:
+            waiter(task)
+
+    def _dispatch(self, task, op):
+        if not (isinstance(op, tuple) and len(op) == 2):
+            self.ready.append((task, None, RuntimeError(
+                "a script awaited something that is not a ctx call or a helper")))
+            return
+        kind, obj = op
+        if kind == _OP_CALL:
+            self._call(task, obj)
+        elif kind == _OP_FANOUT:
+            _start_fanout(self, task, obj)
+        elif kind == _OP_JOIN:
+            self._join(task, obj)
+        elif kind == _OP_RACE:
+            _start_race(self, task, obj)
+        else:
+            self.ready.append((task, None, RuntimeError("unknown runtime operation")))
+
+    def _join(self, task, other):
+        if other.done:
+            self.ready.append((task, other.value, other.error))
+        else:
+            other.waiters.append(lambda t: self.ready.append((task, t.value, t.error)))
+
+    # -- calls --
+
+    def _call(self, task, call):
+        if not isinstance(call._site, str):
+            self.ready.append((task, None, ScriptStopped("capability call without a host "
+                                                         "annotation")))
+            return
+        if task.hold is not None and task.held is None:
+            task.held = call  # a race branch's first call: the host decides the race first
+            task.hold(task)
+            return
+        self.send_call(task, call)
+
+    def site_of(self, task, local_site):
+        return ">".join([*task.chain, local_site])
+
+    def next_occurrence(self, site, path):
+        key = (site, path)
+        occurrence = self.occurrences.get(key, 0)
+        self.occurrences[key] = occurrence + 1
+        return occurrence
+
+    def call_frame(self, task, call):
+        site = self.site_of(task, call._site)
+        return {"kind": "call", "site": site, "path": list(task.path),
+                "occurrence": self.next_occurrence(site, task.path),
+                "capability": call._capability, "payload": call._payload, "take": call._take}
+
+    def send_call(self, task, call):
+        self.enqueue(self.call_frame(task, call), task, _deliver_call)
+
+    def enqueue(self, frame, task, on_answer):
+        self.seq += 1
+        frame["seq"] = self.seq
+        self.pending[self.seq] = (task, on_answer)
+        self.outbox.append(frame)
+
+    # -- the loop --
+
+    def run(self, main):
+        root = self.spawn(main, (), [])
+        while True:
+            while self.ready:
+                self.step(*self.ready.popleft())
+            if root.done:
+                return root
+            if self.outbox:
+                self.flush()
+            elif not self.pending:
+                raise RuntimeError("the script waits for something that can never finish")
+            self.receive()
+
+    def flush(self):
+        """Send everything issued since the last flush; one wave, split only by size."""
+        frames, self.outbox = self.outbox, []
+        batch, size = [], 0
+        for frame in frames:
+            data = json.dumps(frame, allow_nan=False, separators=(",", ":"))
+            if len(data) > self.frame_bytes:
+                raise ScriptStopped(f"a capability payload is {len(data)} bytes; the limit is "
+                                    f"{self.frame_bytes}: pass artifact references instead")
+            if batch and size + len(data) > self.message_bytes:
+                self.channel.send({"t": "batch", "nonce": self.nonce, "frames": batch,
+                                   "more": True})
+                batch, size = [], 0
+            batch.append(frame)
+            size += len(data) + 1
+        self.channel.send({"t": "batch", "nonce": self.nonce, "frames": batch, "more": False})
+
+    def receive(self):
+        message = self.channel.receive()
+        kind = message.get("t")
+        if kind == "stop":
+            raise ScriptStopped(str(message.get("message") or "the host stopped the run"))
+        entry = self.pending.pop(message.get("seq"), None)
+        if entry is None:
+            raise ScriptStopped("the host answered a call that was never made")
+        task, on_answer = entry
+        if not task.cancelled:
+            on_answer(self, task, message)
+
+
+def _deliver_call(scheduler, task, answer):
+    if answer.get("ok"):
+        scheduler.ready.append((task, answer.get("result"), None))
+        return
+    error = answer.get("error") or {}
+    scheduler.ready.append((task, None, CapabilityError(
+        str(error.get("message") or "capability call failed"), code=error.get("code"),
+        capability=error.get("capability"), identity=error.get("identity"),
+        status=error.get("status"))))
+
+
+_SCHEDULER = _Scheduler()
+
+
+# ---- fanout ------------------------------------------------------------------------------
+
+
+def _first_failure(tasks):
+    errors = [t.error for t in tasks if t.error is not None]
+    for error in errors:
+        if isinstance(error, ScriptStopped):
+            return error
+    return errors[0] if errors else None
+
+
+def _await_all(scheduler, parent, tasks, finish):
+    """Run ``finish(tasks)`` once every task has ended."""
+    remaining = [len(tasks)]
+
+    def one_done(_):
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            finish(tasks)
+
+    if not tasks:
+        finish(tasks)
+        return
+    for task in tasks:
+        task.waiters.append(one_done)
+
+
+def _start_fanout(scheduler, parent, fanout):
+    kind, spec = fanout._kind, fanout._spec
+    base = parent.path
+    if kind == "parallel":
+        tasks = [scheduler.spawn(_drive(item), (*base, i), parent.chain)
+                 for i, item in enumerate(spec)]
+
+        def finish(done):
+            failure = _first_failure(done)
+            if failure is not None:
+                scheduler.ready.append((parent, None, failure))
+            else:
+                scheduler.ready.append((parent, [t.value for t in done], None))
+
+        _await_all(scheduler, parent, tasks, finish)
+    elif kind == "pipeline":
+        stages, initial = spec
+        _pipeline_stage(scheduler, parent, stages, 0, initial)
+    else:
+        _start_dag(scheduler, parent, spec)
+
+
+def _pipeline_stage(scheduler, parent, stages, index, value):
+    if index == len(stages):
+        scheduler.ready.append((parent, value, None))
+        return
+    try:
+        coro = stages[index](value)
+    except BaseException as exc:
+        scheduler.ready.append((parent, None, exc))
+        return
+    task = scheduler.spawn(_drive(coro), (*parent.path, index), parent.chain)
+
+    def done(t):
+        if t.error is not None:
+            scheduler.ready.append((parent, None, t.error))
+        else:
+            _pipeline_stage(scheduler, parent, stages, index + 1, t.value)
+
+    task.waiters.append(done)
+
+
+def _start_dag(scheduler, parent, nodes):
+    names = list(nodes)
+    tasks = {}
+
+    async def node(name):
+        fn, deps = nodes[name]
+        inputs = {}
+        for dep in deps:
+            inputs[dep] = await _Join(tasks[dep])
+        return await _Await(fn(inputs))
+
+    for i, name in enumerate(names):
+        tasks[name] = scheduler.spawn(node(name), (*parent.path, i), parent.chain)
+
+    def finish(done):
+        failure = _first_failure(done)
+        if failure is not None:
+            scheduler.ready.append((parent, None, failure))
+        else:
+            scheduler.ready.append((parent, {n: tasks[n].value for n in names}, None))
+
+    _await_all(scheduler, parent, list(tasks.values()), finish)
+
+
+# ---- race --------------------------------------------------------------------------------
+
+
+def _start_race(scheduler, parent, race):
+    """Run every branch up to its first call, ask the host for a committed winner, then
+    either run the winner alone (on its committed path) or release all first calls."""
+    if not isinstance(race._site, str):
+        _close_all(race._items)
+        scheduler.ready.append((parent, None, ScriptStopped("race without a host annotation")))
+        return
+    site = scheduler.site_of(parent, race._site)
+    identity = {"site": site, "path": list(parent.path),
+                "occurrence": scheduler.next_occurrence(site, parent.path)}
+    tasks = []
+    waiting = [len(race._items)]
+
+    def reached_first_call(_task):
+        waiting[0] -= 1
+        if waiting[0] == 0:
+            _race_lookup(scheduler, parent, identity, tasks)
+
+    def ended_before_call(task):
+        if task.held is None and not task.cancelled:
+            reached_first_call(task)
+
+    for i, item in enumerate(race._items):
+        task = scheduler.spawn(_drive(item), (*parent.path, i), parent.chain)
+        task.hold = reached_first_call
+        task.waiters.append(ended_before_call)
+        tasks.append(task)
+    if not tasks:
+        scheduler.ready.append((parent, None, ValueError("ctx.race needs at least one call")))
+
+
+def _describe(scheduler, task):
+    if task.held is not None:
+        call = task.held
+        return {"site": scheduler.site_of(task, call._site), "capability": call._capability,
+                "payload": call._payload, "take": call._take}
+    if task.done and task.error is None:
+        return {"finished": True}
+    return None
+
+
+def _race_lookup(scheduler, parent, identity, tasks):
+    frame = dict(identity, kind="race_lookup",
+                 branches=[_describe(scheduler, t) for t in tasks])
+
+    def answered(sched, _task, answer):
+        if not answer.get("ok", True):
+            sched.ready.append((parent, None, ScriptStopped("the host refused the race")))
+            return
+        winner = answer.get("winner")
+        if isinstance(winner, int) and 0 <= winner < len(tasks):
+            index = answer.get("index")
+            _race_replay(sched, parent, tasks, winner, index if isinstance(index, int) else winner)
+        else:
+            _race_run(sched, parent, identity, tasks)
+
+    scheduler.enqueue(frame, parent, answered)
+
+
+def _cancel(task):
+    task.cancelled = True
+    try:
+        task.coro.close()
+    except BaseException:
+        pass
+
+
+def _race_replay(scheduler, parent, tasks, winner, index):
+    for i, task in enumerate(tasks):
+        if i != winner:
+            _cancel(task)
+    task = tasks[winner]
+    task.hold = None
+    task.path = (*parent.path, index)
+    task.waiters = [lambda t: scheduler.ready.append((parent, t.value, t.error))]
+    if task.done:
+        scheduler.ready.append((parent, task.value, task.error))
+    elif task.held is not None:
+        scheduler.send_call(task, task.held)
+
+
+def _race_run(scheduler, parent, identity, tasks):
+    state = {"decided": False}
+
+    def ended(task):
+        if state["decided"] or task.cancelled:
+            return
+        if task.error is None or isinstance(task.error, ScriptStopped):
+            state["decided"] = True
+            for other in tasks:
+                if other is not task and not other.done:
+                    _cancel(other)
+            if task.error is not None:
+                scheduler.ready.append((parent, None, task.error))
+                return
+            winner = tasks.index(task)
+            scheduler.enqueue(dict(identity, kind="race_commit", winner=winner), parent,
+                              lambda s, _t, _a: s.ready.append((parent, task.value, None)))
+        elif all(t.done for t in tasks):
+            state["decided"] = True
+            scheduler.ready.append((parent, None, _first_failure(tasks)))
+
+    for task in tasks:
+        task.hold = None
+        task.waiters = [ended]
+    finished = [t for t in tasks if t.done]
+    for task in finished:
+        ended(task)
+    if state["decided"]:
+        return
+    for task in tasks:
+        if task.held is not None:
+            scheduler.send_call(task, task.held)
+
+
+# ---- ctx ---------------------------------------------------------------------------------
 
 
 class Context:
-    """The ``ctx`` a script receives."""
+    """The ``ctx`` a script receives: six methods and nothing else public."""
 
-    def __init__(self, transport, concurrency, log_lines):
-        self._transport = transport
-        self._occurrences = {}
-        self._slots = asyncio.Semaphore(concurrency)
+    __slots__ = ("_logs", "_log_lines")
+
+    def __init__(self, log_lines):
+        self._logs = []
         self._log_lines = log_lines
-        self.logs = []
 
-    def _next_occurrence(self, site, path):
-        key = (site, path)
-        occurrence = self._occurrences.get(key, 0)
-        self._occurrences[key] = occurrence + 1
-        return occurrence
-
-    async def run(self, capability, payload, *, _site=None):
-        if not isinstance(_site, str):
-            raise ScriptStopped("capability call without a host annotation")
-        path = _PATH.get()
-        occurrence = self._next_occurrence(_site, path)
+    def run(self, capability, payload, *, take=1, _site=None):
+        if not isinstance(capability, str):
+            raise TypeError("the capability name must be a string")
+        if not isinstance(take, int) or isinstance(take, bool) or not (
+                1 <= take <= language.MAX_TAKE):
+            raise ValueError(f"take must be an integer from 1 to {language.MAX_TAKE}")
         try:
             json.dumps(payload, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload for {capability} is not JSON: {exc}") from None
-        frame = {"kind": "call", "site": _site, "path": list(path), "occurrence": occurrence,
-                 "capability": capability, "payload": payload}
-        async with self._slots:
-            response = await self._transport.call(frame)
-        if response.get("ok"):
-            return response.get("result")
-        error = response.get("error") or {}
-        raise CapabilityError(error.get("message", "capability call failed"),
-                              code=error.get("code"), capability=capability,
-                              identity=error.get("identity"), status=error.get("status"))
+        return _Call(capability, payload, take, _site)
 
-    async def parallel(self, calls):
-        """Every branch runs to completion; then the first failure (by index) is raised."""
-        calls = _check_awaitables("parallel", calls)
-        base = _PATH.get()
-        tasks = [_branch(c, (*base, i)) for i, c in enumerate(calls)]
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-        failure = _first_failure(outcomes)
-        if failure is not None:
-            raise failure
-        return list(outcomes)
+    def parallel(self, calls):
+        return _Fanout("parallel", _branch_items("parallel", calls))
 
-    async def pipeline(self, stages, initial=None):
+    def pipeline(self, stages, initial=None):
         if not isinstance(stages, list | tuple):
             raise TypeError("ctx.pipeline takes a list of stage functions")
-        base = _PATH.get()
-        value = initial
-        for i, stage in enumerate(stages):
-            value = await _branch(stage(value), (*base, i))
-        return value
+        for stage in stages:
+            if not isinstance(stage, types.FunctionType):
+                raise TypeError("ctx.pipeline stages are async functions of one argument")
+        return _Fanout("pipeline", (list(stages), initial))
 
-    async def dag(self, nodes):
+    def dag(self, nodes):
         if not isinstance(nodes, dict):
             raise TypeError("ctx.dag takes a dict name -> (async function, [dependencies])")
-        order = list(nodes)
         for name, spec in nodes.items():
-            if not (isinstance(spec, list | tuple) and len(spec) == 2):
-                raise TypeError(f"ctx.dag node {name!r} must be (function, [dependencies])")
+            if not (isinstance(spec, list | tuple) and len(spec) == 2
+                    and isinstance(spec[0], types.FunctionType)
+                    and isinstance(spec[1], list | tuple)):
+                raise TypeError(f"ctx.dag node {name!r} must be (async function, [dependencies])")
             for dep in spec[1]:
                 if dep not in nodes:
                     raise ValueError(f"ctx.dag node {name!r} depends on unknown node {dep!r}")
         _check_acyclic(nodes)
-        base = _PATH.get()
-        tasks = {}
+        return _Fanout("dag", {name: (spec[0], list(spec[1])) for name, spec in nodes.items()})
 
-        async def node(name):
-            fn, deps = nodes[name]
-            inputs = {}
-            for dep in deps:
-                inputs[dep] = await tasks[dep]
-            return await fn(inputs)
-
-        for i, name in enumerate(order):
-            tasks[name] = _branch(node(name), (*base, i))
-        outcomes = await asyncio.gather(*tasks.values(), return_exceptions=True)
-        failure = _first_failure(outcomes)
-        if failure is not None:
-            raise failure
-        return dict(zip(order, outcomes, strict=True))
-
-    async def race(self, calls, *, _site=None):
-        """First branch to succeed wins; the host records the winner so replay picks it again."""
-        calls = _check_awaitables("race", calls)
-        if not isinstance(_site, str):
-            _close_all(calls)
-            raise ScriptStopped("race without a host annotation")
-        base = _PATH.get()
-        identity = {"site": _site, "path": list(base),
-                    "occurrence": self._next_occurrence(_site, base)}
-        async with self._slots:
-            decided = await self._transport.call(
-                dict(identity, kind="race_lookup", branches=len(calls)))
-        winner = (decided.get("result") or {}).get("winner")
-        if isinstance(winner, int) and 0 <= winner < len(calls):
-            _close_all(c for i, c in enumerate(calls) if i != winner)
-            return await _branch(calls[winner], (*base, winner))
-        tasks = [_branch(c, (*base, i)) for i, c in enumerate(calls)]
-        winner, value = await _first_success(tasks)
-        async with self._slots:
-            await self._transport.call(dict(identity, kind="race_commit", winner=winner))
-        return value
+    def race(self, calls, *, _site=None):
+        return _Race(_branch_items("race", calls), _site)
 
     def log(self, *parts):
-        if len(self.logs) < self._log_lines:
-            self.logs.append(" ".join(str(p) for p in parts)[:2000])
-
-
-async def _first_success(tasks):
-    pending = set(tasks)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in sorted(done, key=tasks.index):
-            if not task.cancelled() and task.exception() is None:
-                for other in pending:
-                    other.cancel()
-                return tasks.index(task), task.result()
-            if isinstance(task.exception(), ScriptStopped):
-                raise task.exception()
-    raise _first_failure([t.exception() for t in tasks])
+        if len(self._logs) < self._log_lines:
+            self._logs.append(" ".join(str(p) for p in parts)[:2000])
 
 
 def _check_acyclic(nodes):
     state = {}
     for start in nodes:
+        if start in state:
+            continue
         stack = [(start, iter(nodes[start][1]))]
         state[start] = 1
         while stack:
@@ -313,36 +695,25 @@ def _check_acyclic(nodes):
                 stack.append((dep, iter(nodes[dep][1])))
 
 
-_SAFE_BUILTINS = (
-    "abs all any bool dict enumerate float int isinstance len list max min range reversed "
-    "round sorted str sum tuple zip True False None ValueError RuntimeError KeyError "
-    "IndexError TypeError ZeroDivisionError Exception"
-).split()
+# ---- the job -----------------------------------------------------------------------------
 
 
-def _builtins(ctx_logs):
+def script_builtins(log):
+    """The builtins a script sees: exactly ``language.BUILTIN_NAMES`` (plus the host's
+    ``__at__`` call-site tag, which the checker never lets a script write)."""
     import builtins
 
-    table = {name: getattr(builtins, name) for name in _SAFE_BUILTINS}
-    table["CapabilityError"] = CapabilityError
-    table["print"] = lambda *parts, **_: ctx_logs(*parts)
+    table = {name: getattr(builtins, name) for name in language.BUILTIN_FUNCTIONS
+             if name != "print"}
+    table.update({name: getattr(builtins, name) for name in language.CATCHABLE_ERRORS
+                  if name != "CapabilityError"})
+    table.update({"True": True, "False": False, "None": None,
+                  "CapabilityError": CapabilityError,
+                  "print": lambda *parts, **_: log(*parts), "__at__": _At})
     return table
 
 
-def _write_result(rpc_dir, outcome, limit):
-    data = json.dumps(outcome, allow_nan=False, separators=(",", ":"), default=repr)
-    if len(data.encode("utf-8")) > limit:
-        data = json.dumps({"ok": False, "logs": outcome.get("logs", [])[:20], "error": {
-            "type": "OutputTooLarge",
-            "message": f"script result is {len(data)} bytes; the limit is {limit}: "
-                       "return artifact references, not contents"}})
-    tmp = os.path.join(rpc_dir, ".tmp-result.json")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(data)
-    os.rename(tmp, os.path.join(rpc_dir, "result.json"))
-
-
-def _error_of(exc):
+def _error_of(exc, memory_mb):
     if isinstance(exc, CapabilityError):
         return {"type": "CapabilityError", "message": exc.message, "code": exc.code,
                 "capability": exc.capability, "identity": exc.identity, "status": exc.status}
@@ -352,65 +723,74 @@ def _error_of(exc):
         if tb.tb_frame.f_code.co_filename == "script.py":
             line = tb.tb_lineno
         tb = tb.tb_next
-    return {"type": type(exc).__name__, "message": str(exc)[:2000], "line": line}
+    message = str(exc)[:2000]
+    if isinstance(exc, MemoryError):
+        message = (f"the script ran out of memory (limit {memory_mb} MiB)"
+                   if memory_mb else "the script ran out of memory")
+    elif isinstance(exc, RecursionError):
+        message = "the script nested calls too deeply"
+    return {"type": type(exc).__name__, "message": message, "line": line}
 
 
-def _start_watchdog(seconds):
-    """Exit on our own if the host is gone and nobody kills us (no orphan waits forever)."""
-    timer = threading.Timer(seconds, os._exit, args=(3,))
-    timer.daemon = True
-    timer.start()
-
-
-def _wait_for_job(rpc_dir, idle_seconds):
-    """A warm sandbox starts before its job exists: wait for the host's ``go``."""
-    go = os.path.join(rpc_dir, "go")
-    deadline = time.monotonic() + idle_seconds
-    while not os.path.exists(go):
-        if time.monotonic() > deadline:
-            os._exit(4)  # never claimed: the pool replaces us
-        time.sleep(0.002)
-
-
-def main(job_dir, rpc_dir):
-    if not os.path.exists(os.path.join(job_dir, "config.json")):
-        _wait_for_job(rpc_dir, 900)
-    with open(os.path.join(job_dir, "config.json"), encoding="utf-8") as fh:
-        config = json.load(fh)
-    nonce_path = os.path.join(rpc_dir, "nonce")
-    with open(nonce_path, encoding="utf-8") as fh:
-        nonce = fh.read().strip()
-    os.unlink(nonce_path)
-    with open(os.path.join(job_dir, "script.py"), encoding="utf-8") as fh:
-        source = fh.read()
-    with open(os.path.join(job_dir, "args.json"), encoding="utf-8") as fh:
-        args = json.load(fh)
-    _start_watchdog(float(config.get("deadline_seconds", 3600)))
-    transport = _Transport(rpc_dir, nonce, int(config.get("frame_bytes", 1 << 20)))
-    output_limit = int(config.get("output_bytes", 1 << 20))
-    outcome = asyncio.run(_run(source, args, transport, config))
-    _write_result(rpc_dir, outcome, output_limit)
-
-
-async def _run(source, args, transport, config):
-    ctx = Context(transport, int(config.get("concurrency", 4)), int(config.get("log_lines", 200)))
-    namespace = {"__builtins__": _builtins(ctx.log), "__name__": "script"}
+def _execute(job):
+    config = job.get("config") or {}
+    scheduler = _SCHEDULER
+    scheduler.frame_bytes = int(config.get("frame_bytes", 1 << 20))
+    scheduler.message_bytes = int(config.get("message_bytes", 4 << 20))
+    ctx = Context(int(config.get("log_lines", 200)))
+    namespace = {"__builtins__": script_builtins(ctx.log), "__name__": "script"}
     started = time.monotonic()
     try:
-        exec(compile(source, "script.py", "exec"), namespace)
+        exec(compile(job["script"], "script.py", "exec"), namespace)
         orchestrate = namespace.get("orchestrate")
-        if orchestrate is None:
-            raise RuntimeError("the script defines no orchestrate(ctx, args)")
-        value = await orchestrate(ctx, args)
-        json.dumps(value, allow_nan=False)
-        return {"ok": True, "result": value, "logs": ctx.logs,
+        if not isinstance(orchestrate, types.FunctionType):
+            raise RuntimeError("the script defines no async def orchestrate(ctx, args)")
+        root = scheduler.run(_drive(orchestrate(ctx, job.get("args"))))
+        if root.error is not None:
+            raise root.error
+        json.dumps(root.value, allow_nan=False)
+        return {"ok": True, "result": root.value, "logs": ctx._logs,
                 "seconds": time.monotonic() - started}
     except ScriptStopped as stop:
-        return {"ok": False, "stopped": True, "logs": ctx.logs,
+        return {"ok": False, "stopped": True, "logs": ctx._logs,
                 "error": {"type": "ScriptStopped", "message": str(stop)}}
     except Exception as exc:
-        return {"ok": False, "logs": ctx.logs, "error": _error_of(exc)}
+        return {"ok": False, "logs": ctx._logs,
+                "error": _error_of(exc, config.get("memory_mb"))}
+
+
+def _result_message(nonce, outcome, limit):
+    message = dict(outcome, t="result", nonce=nonce)
+    try:
+        data = json.dumps(message, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        data = ""
+        message = {"t": "result", "nonce": nonce, "ok": False, "logs": [],
+                   "error": {"type": "TypeError", "message": f"the result is not JSON: {exc}"}}
+    if len(data) > limit:
+        message = {"t": "result", "nonce": nonce, "ok": False,
+                   "logs": outcome.get("logs", [])[:20], "error": {
+                       "type": "OutputTooLarge",
+                       "message": f"script result is {len(data)} bytes; the limit is {limit}: "
+                                  "return artifact references, not contents"}}
+    return message
+
+
+def main(socket_path):
+    channel = _Channel(socket_path)
+    job = channel.receive()  # a warm sandbox waits here until it is given a job
+    if job.get("t") != "job":
+        os._exit(3)
+    _SCHEDULER.channel = channel
+    _SCHEDULER.nonce = job.get("nonce")
+    outcome = _execute(job)
+    limit = int((job.get("config") or {}).get("output_bytes", 1 << 20))
+    try:
+        channel.send(_result_message(_SCHEDULER.nonce, outcome, limit))
+    except OSError:
+        pass
+    os._exit(0)  # nothing left to clean up; skip interpreter teardown
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1])

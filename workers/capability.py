@@ -1,8 +1,8 @@
 """Broker workers (``-Q capabilities``): one task per capability call.
 
-The task runs the whole runtime-rule chain (``Broker.dispatch``) against the
-SQL run store and the deployment's occurrence ledger. It is idempotent twice
-over:
+The task runs the spending half of a call (``Broker.execute``: one claim
+transaction, the provider, one commit) against the SQL run store. It is
+idempotent twice over:
 
 * per task id (the job lease): a redelivered copy of a call that already
   answered returns the stored answer; a copy that arrives while the first
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from broker.dispatch import CallReport, CallRequest, Outcome
+from broker.calls import CallReport, CallRequest, Outcome
 from broker.envelope import Envelope
 from broker.errors import AttemptInFlight, AttemptUnresolved, SafetyStop
 from workers.app import ReviseTask, app
@@ -32,8 +32,7 @@ _limits = app.queue_settings
           time_limit=_limits.capability_time_limit)
 def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: dict[str, Any],
                origin: Any = None) -> dict[str, Any]:
-    """``origin`` tags the asker (a sandbox job's delivery); the answer carries the origin
-    that produced it, so a later delivery can tell a stored answer from a fresh one."""
+    """``origin`` tags the asker (a sandbox job's delivery); the answer carries it."""
     ctx = self.context
     request = CallRequest.from_wire(request_wire)
     job_id = self.request.id
@@ -57,7 +56,7 @@ def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: di
     try:
         with ctx.lease.hold(grant), ctx.lease.exclusive(
                 f"call:{request.run_id}:{request.identity}", ctx.queue.capability_time_limit):
-            report = ctx.broker(Envelope.model_validate(envelope_wire)).dispatch(request)
+            report = ctx.broker(Envelope.model_validate(envelope_wire)).execute(request)
     except BaseException:
         ctx.lease.release(grant)  # an unexpected error: let a redelivery decide again
         raise

@@ -15,7 +15,7 @@ import redis
 from broker.artifacts import FileArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
-from broker.ledger import Ledger, SqlLedger
+from broker.ledger import Ledger
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
@@ -46,10 +46,12 @@ class WorkerContext:
                                     socket_connect_timeout=5, health_check_interval=30)
 
     @cached_property
-    def ledger(self) -> Ledger:
+    def ledger(self) -> Ledger | None:
+        """The Redis copy of the paid-payload ledger (None: the store answers alone)."""
         if self.settings.ledger_backend == "sql":
-            return SqlLedger(self.store)
-        return RedisLedger(self.redis, fail_closed=self.settings.ledger_fail_closed,
+            return None
+        return RedisLedger(self.redis, slots=self.store.list_slots,
+                           fail_closed=self.settings.ledger_fail_closed,
                            prefix=f"revise:{self.queue.queue_prefix}ledger:")
 
     @cached_property
@@ -64,8 +66,8 @@ class WorkerContext:
         return build_provider(self.settings, artifacts, latency=self.queue.local_latency)
 
     def broker(self, envelope: Envelope) -> Broker:
-        return Broker(store=self.store, ledger=self.ledger, provider=self.provider,
-                      envelope=envelope, settings=self.settings)
+        return Broker(store=self.store, provider=self.provider, envelope=envelope,
+                      settings=self.settings, ledger=self.ledger)
 
     @cached_property
     def runner(self) -> Runner:

@@ -1,9 +1,11 @@
 """The dispatcher (``-Q dispatch``): check → annotate → gate, before anything is spent.
 
-It runs the pre-spend half of the pipeline (``Pipeline.admit``). A refused
-candidate is finished here: its violations or gate counterexamples are stored
-with its revision and returned, and it never reaches a sandbox worker. An
-accepted one is numbered and handed to the ``sandbox`` queue as one job.
+It runs the pre-spend half of the pipeline (``Pipeline.admit``), once per job.
+A refused candidate is finished here: its violations or gate counterexamples
+are stored with its revision and returned, and it never reaches a sandbox
+worker. An accepted one is numbered and handed to the ``sandbox`` queue as one
+job that carries the admission (the annotated text and the site table), so the
+sandbox worker only runs the gate again against the prefix as it then is.
 
 The answer (also kept by the job lease, so a redelivery does not number a
 second revision) is ``{job_id, run_id, accepted, revision, report | error}``.
@@ -59,16 +61,16 @@ def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:
-    # The dispatcher never starts a sandbox or calls a provider: no runner, no broker.
-    pipeline = Pipeline(store=ctx.store, broker_for=None, runner=None,  # type: ignore[arg-type]
-                        runs_dir=ctx.settings.runs_dir, settings=ctx.settings)
+    # The dispatcher never starts a sandbox or calls a provider: no runner, no executor.
+    pipeline = Pipeline(store=ctx.store, runner=None, settings=ctx.settings, executor_for=None)
     try:
         envelope = Envelope.model_validate(job["envelope"])
         admitted = pipeline.admit(job["run_id"], job["script"], job["args"], envelope)
     except ReviseError as exc:
         return _answer(job_id, job, error=exc.to_json())
-    if admitted.prepared is None:
-        return _answer(job_id, job, revision=admitted.revision, report=admitted.report)
+    if admitted.admission is None:
+        return _answer(job_id, job, revision=admitted.revision,
+                       report=admitted.report.to_json())
     _enqueue(ctx, job_id, admitted, job["envelope"])
     return _answer(job_id, job, revision=admitted.revision, accepted=True)
 
@@ -80,7 +82,8 @@ def _enqueue(ctx: WorkerContext, job_id: str, admitted: Admitted,
     app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job_id),
                   queue=ctx.routing.queue("sandbox"), args=[{
                       "job_id": job_id, "run_id": admitted.run_id,
-                      "revision": admitted.revision, "script": admitted.source.text,
+                      "revision": admitted.revision, "source": admitted.source.text,
+                      "admission": admitted.admission.to_wire(),
                       "args_text": admitted.args_text, "envelope": envelope_wire}])
 
 

@@ -1,63 +1,97 @@
-"""The occurrence ledger in Redis (the deployment's ledger; embedded mode uses SQL).
+"""The paid-payload ledger in Redis (the deployment's copy; the slots are the truth).
 
-Per (run, σ, π) one hash maps each committed payload digest to the first
-revision that paid for it: ``HSETNX`` keeps the first revision, so a replayed
-commit never moves it. Reads and writes are one round trip each; ``record``
-takes an optional pipeline so a caller can group it with its own writes.
+Per (run, capability, digest) one hash maps each identity that committed the
+payload to its revision (``HSETNX``: a replayed commit never moves it). Redis
+may lose keys (a restart without persistence, an eviction), so each run has a
+marker key: while the marker is missing the run's entries are rebuilt from the
+committed slots before the ledger answers, and a commit whose ledger write
+failed is found there. Reads and writes are one round trip each.
 
-A Redis error fails closed (``LedgerUnavailable``, the call is not
-dispatched) unless ``settings.ledger_fail_closed`` is off, in which case it
-logs a warning and lets the call through: the explicit permissive opt-out.
+A Redis error fails closed (``LedgerUnavailable``, the call is not dispatched)
+unless ``settings.ledger_fail_closed`` is off, in which case it logs a warning
+and answers from the store: the explicit permissive opt-out.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 import redis
 
 from broker.errors import LedgerUnavailable
+from broker.identity import Identity
 from broker.records import SlotRecord
 
 log = logging.getLogger("revise.ledger")
 
+Slots = Callable[[str], list[SlotRecord]]  # every committed slot of a run
+
 
 class RedisLedger:
-    def __init__(self, client: redis.Redis, *, fail_closed: bool = True,
+    def __init__(self, client: redis.Redis, *, slots: Slots, fail_closed: bool = True,
                  prefix: str = "revise:ledger:") -> None:
         self._redis = client
+        self._slots = slots
         self._fail_closed = fail_closed
         self._prefix = prefix
 
-    def key(self, run_id: str, site: str, path: tuple[int, ...]) -> str:
-        # JSON keeps the three parts unambiguous whatever characters a run id holds.
-        return self._prefix + json.dumps([run_id, site, list(path)], separators=(",", ":"))
+    def key(self, run_id: str, capability: str, digest: str) -> str:
+        # JSON keeps the parts unambiguous whatever characters they hold.
+        return self._prefix + json.dumps([run_id, capability, digest], separators=(",", ":"))
 
-    def seen(self, run_id: str, site: str, path: tuple[int, ...], digest: str,
-             before_revision: int) -> bool:
+    def _marker(self, run_id: str) -> str:
+        return self._prefix + json.dumps([run_id, "built"], separators=(",", ":"))
+
+    def paid(self, run_id: str, capability: str, digest: str,
+             before_revision: int) -> list[Identity]:
         try:
-            first = self._redis.hget(self.key(run_id, site, path), digest)
+            if not self._redis.exists(self._marker(run_id)):
+                self.rebuild(run_id)
+            entries = self._redis.hgetall(self.key(run_id, capability, digest))
         except redis.RedisError as exc:
             self._unavailable("reading", exc)
-            return False
-        return first is not None and int(first) < before_revision
+            return sorted(s.identity for s in self._slots(run_id)
+                          if (s.capability, s.digest) == (capability, digest)
+                          and s.revision < before_revision)
+        return sorted(Identity.parse(k.decode()) for k, v in entries.items()
+                      if int(v) < before_revision)
 
-    def record(self, slot: SlotRecord, pipeline: redis.client.Pipeline | None = None) -> None:
-        key = self.key(slot.run_id, slot.identity.site, slot.identity.path)
+    def rebuild(self, run_id: str) -> int:
+        """Write every committed slot of the run into the ledger; returns how many."""
+        slots = self._slots(run_id)
+        with self._redis.pipeline(transaction=True) as pipe:
+            for slot in slots:
+                pipe.hsetnx(self.key(run_id, slot.capability, slot.digest),
+                            str(slot.identity), slot.revision)
+            pipe.set(self._marker(run_id), 1)
+            pipe.execute()
+        if slots:
+            log.info("rebuilt the paid-payload ledger of run %s from %d committed slots",
+                     run_id, len(slots))
+        return len(slots)
+
+    def record(self, slot: SlotRecord) -> None:
         try:
-            if pipeline is not None:
-                pipeline.hsetnx(key, slot.digest, slot.revision)
-                return
             with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hsetnx(key, slot.digest, slot.revision)
+                pipe.hsetnx(self.key(slot.run_id, slot.capability, slot.digest),
+                            str(slot.identity), slot.revision)
                 pipe.execute()
         except redis.RedisError as exc:
-            self._unavailable("writing", exc)
+            # The slot is committed; a missing ledger entry is rebuilt from it, so this
+            # never fails the call: say what happened instead.
+            log.warning("ledger entry for %s in run %s missing (%s); it is rebuilt from the "
+                        "committed slots", slot.identity, slot.run_id, exc)
+            try:
+                self._redis.delete(self._marker(slot.run_id))
+            except redis.RedisError:
+                pass
 
     def _unavailable(self, action: str, exc: Exception) -> None:
-        message = (f"the Redis occurrence ledger is unavailable while {action} ({exc}); "
+        message = (f"the Redis paid-payload ledger is unavailable while {action} ({exc}); "
                    "check that Redis answers at REVISE_REDIS_URL")
         if self._fail_closed:
             raise LedgerUnavailable(message + "; the call is not dispatched") from exc
-        log.warning("%s; continuing because REVISE_LEDGER_FAIL_CLOSED=false", message)
+        log.warning("%s; answering from the store because REVISE_LEDGER_FAIL_CLOSED=false",
+                    message)

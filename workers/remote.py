@@ -1,35 +1,31 @@
-"""The broker a sandbox worker's pipeline uses: each call becomes one capability task.
+"""The executor a sandbox worker's revision uses: each new call becomes one capability task.
 
-``RemoteBroker.dispatch`` has the signature of ``broker.dispatch.Broker``: it
+Only new work travels: replays and divergences are decided on the sandbox
+worker from the prefix it loaded (``orchestrator.session``). ``RemoteExecutor``
 sends ``CallRequest.to_wire()`` to the ``capabilities`` queue and waits for the
-``CallReport`` with a timeout. Celery moves single calls only: fanout, joins
-and ordering stay in the sandbox runtime and the run store (no chords or
-groups, whose joins and error callbacks we cannot make exactly-once).
+``CallReport``. Celery moves single calls only: fanout, joins and ordering stay
+in the sandbox runtime and the run store (no chords or groups, whose joins and
+error callbacks we cannot make exactly-once).
 
 The task id is derived from (job, identity), so a redelivered sandbox job that
 asks for the same call again gets the same task, whose stored answer is
-returned without another provider call (see ``workers.capability``), even for
-a call the provider rejected. Such an answer, produced for an earlier delivery,
-is reported as what it is for this delivery: a replay, not a new execution.
+returned without another provider call (see ``workers.capability``).
 
 Why waiting here cannot deadlock: the sandbox worker waits only on tasks of the
 ``capabilities`` queue, which sandbox workers never consume (``-Q sandbox``);
 those tasks run in separate broker worker processes that never wait on
-anything queued. So even when every sandbox pool slot is blocked in
-``dispatch``, the tasks they wait for still have their own workers, and each
-wait is bounded by ``capability_wait_seconds``.
+anything queued. Each wait is bounded by ``capability_wait_seconds``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import Any
 
 from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 
-from broker.dispatch import CallReport, CallRequest, Outcome
+from broker.calls import CallReport, CallRequest, Outcome
 from broker.envelope import Envelope
 from broker.errors import AttemptInFlight, BrokerError
 from workers.routing import CAPABILITY_TASK, Routing
@@ -39,19 +35,18 @@ def capability_task_id(job_id: str, request: CallRequest) -> str:
     return f"{job_id}/call/{request.identity}"
 
 
-class RemoteBroker:
+class RemoteExecutor:
     def __init__(self, *, app: Celery, routing: Routing, envelope: Envelope, job_id: str,
                  wait_seconds: float, delivery: int = 1) -> None:
         self.app = app
         self.routing = routing
-        self.envelope = envelope
         self.job_id = job_id
         self.wait_seconds = wait_seconds
         self.delivery = delivery
         self._envelope_wire = envelope.model_dump(mode="json")
         self.timings: list[float] = []
 
-    def dispatch(self, request: CallRequest) -> CallReport:
+    def execute(self, request: CallRequest) -> CallReport:
         started = time.perf_counter()
         result = self.app.send_task(
             CAPABILITY_TASK, args=[request.to_wire(), self._envelope_wire, self.delivery],
@@ -67,10 +62,7 @@ class RemoteBroker:
         if result.failed():
             raise BrokerError(f"capability task for {request.identity} failed: {answer!r}",
                               identity=str(request.identity))
-        report = CallReport.from_wire(answer)
-        if answer.get("origin") not in (None, self.delivery):
-            report = _from_earlier_delivery(report)
-        return report
+        return CallReport.from_wire(answer)
 
     def _no_answer(self, request: CallRequest, why: str) -> CallReport:
         stop = AttemptInFlight(
@@ -79,9 +71,3 @@ class RemoteBroker:
             "then submit again: a committed call replays", identity=str(request.identity))
         return CallReport(request.identity, request.capability, Outcome.STOPPED, stop=stop,
                           error=stop.to_json())
-
-
-def _from_earlier_delivery(report: CallReport) -> CallReport:
-    """An answer paid for by an earlier delivery of this job costs this delivery nothing."""
-    outcome = Outcome.REPLAYED if report.outcome is Outcome.EXECUTED else report.outcome
-    return replace(report, outcome=outcome, attempted=False, cost=0.0)

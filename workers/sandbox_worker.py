@@ -1,8 +1,10 @@
 """Sandbox workers (``-Q sandbox``): run an accepted candidate in its sandbox.
 
 The pipeline's spending half (``Pipeline.execute``) runs here with a
-``RemoteBroker``: every RPC frame from the sandbox becomes a capability task on
-the ``capabilities`` queue and its answer is written back to the sandbox.
+``RemoteExecutor``: the job carries the dispatcher's admission, the gate runs
+again against the prefix as it is now, replays and divergences are answered
+here from that prefix, and only new calls become capability tasks on the
+``capabilities`` queue.
 
 No deadlock: a sandbox job waits only on capability tasks, and sandbox workers
 never consume the ``capabilities`` queue; broker workers are separate processes
@@ -26,13 +28,15 @@ from celery.exceptions import Ignore
 from broker.envelope import Envelope
 from broker.errors import ReviseError, SandboxError
 from broker.records import RunStatus
-from orchestrator.pipeline import Admitted, Pipeline, empty_report
+from orchestrator.admission import Admission
+from orchestrator.pipeline import Admitted, Pipeline
+from orchestrator.report import ErrorReport, RevisionStatus, RunReport
 from orchestrator.source import decode_source
 from sandbox.runner import kill_processes_mentioning
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Grant, Verdict
-from workers.remote import RemoteBroker
+from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
 
 log = logging.getLogger("revise.workers.sandbox")
@@ -57,12 +61,12 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     else:
         report = _run_held(ctx, job, grant)
     answer = {"run_id": job["run_id"], "revision": job["revision"],
-              "status": report["status"], "deliveries": grant.starts}
+              "status": str(report.status), "deliveries": grant.starts}
     ctx.lease.finish(grant, answer)
     return answer
 
 
-def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str, Any]:
+def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
     if grant.starts > 1:
         _reap(ctx.settings.runs_dir / job["run_id"], job["revision"], grant.starts)
         ctx.store.add_event(job["run_id"], "redelivered", f"delivery {grant.starts} takes the "
@@ -79,42 +83,33 @@ def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str
         raise
 
 
-def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> dict[str, Any]:
+def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
     envelope = Envelope.model_validate(job["envelope"])
     pipeline = Pipeline(
-        store=ctx.store, runner=ctx.runner, runs_dir=ctx.settings.runs_dir,
-        settings=ctx.settings,
-        broker_for=lambda env: RemoteBroker(app=app, routing=ctx.routing, envelope=env,
-                                            job_id=job["job_id"],
-                                            wait_seconds=ctx.queue.capability_wait_seconds,
-                                            delivery=delivery))
+        store=ctx.store, runner=ctx.runner, settings=ctx.settings,
+        executor_for=lambda env: RemoteExecutor(
+            app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
+            wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery))
     run_id, revision = job["run_id"], job["revision"]
-    source = decode_source(job["script"])
-    report = empty_report(run_id)
-    report["revision"] = revision
-    # Gate again against the prefix as it is now (pure and cheap): a concurrent
-    # revision of the same run may have committed since the dispatcher looked.
-    prepared = pipeline.prepare(run_id, source, report)
-    if prepared is None:
-        ctx.store.finish_revision(run_id, revision, "stopped", report)
-        return report
-    admitted = Admitted(run_id, revision, source, job["args_text"], prepared, report)
-    return pipeline.execute(admitted, envelope, workdir=f"rev-{revision}-d{delivery}")
+    admission = Admission.from_wire(job["admission"], ctx.store.list_slots(run_id),
+                                    str(ctx.settings.relocation))
+    admitted = Admitted(run_id, revision, decode_source(job["source"]), job["args_text"],
+                        admission, RunReport(run_id=run_id, revision=revision))
+    return pipeline.execute(admitted, envelope, delivery=delivery)
 
 
-def _give_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str, Any]:
+def _give_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
     return _fail(ctx, job, f"gave up after {grant.starts - 1} deliveries: the sandbox worker "
                  "died each time (memory limit, crash or kill); committed calls are kept and "
                  "replay when the run is submitted again")
 
 
-def _fail(ctx: WorkerContext, job: dict[str, Any], message: str) -> dict[str, Any]:
+def _fail(ctx: WorkerContext, job: dict[str, Any], message: str) -> RunReport:
     run_id, revision = job["run_id"], job["revision"]
-    report = empty_report(run_id)
-    report.update(revision=revision, status="failed",
-                  error=SandboxError(message).to_json())
+    report = RunReport(run_id=run_id, revision=revision, status=RevisionStatus.FAILED,
+                       error=ErrorReport.model_validate(SandboxError(message).to_json()))
     ctx.store.add_event(run_id, "sandbox_failed", message, revision=revision)
-    ctx.store.finish_revision(run_id, revision, "failed", report)
+    ctx.store.finish_revision(run_id, revision, "failed", report.to_json())
     ctx.store.set_run_status(run_id, RunStatus.FAILED, message[:500])
     return report
 

@@ -64,7 +64,7 @@ def run_demo(services: Any, console: Console | None) -> dict[str, Any]:
                   "sandbox, local provider, recorded model)\n")
     _say(console, "[bold]1.[/] The model's script asks for four images in parallel; the "
                   "fourth uses an unsupported size.")
-    first = pipeline.run(run_id, script("scout_v1"), args, envelope)
+    first = pipeline.run(run_id, script("scout_v1"), args, envelope).to_json()
     if console:
         render.run_report(console, first)
     _say(console, "\n[bold]2.[/] The repair loop asks the model for a candidate and judges "
@@ -76,7 +76,7 @@ def run_demo(services: Any, console: Console | None) -> dict[str, Any]:
     repair: dict[str, Any] | None = None
     if loop.candidate is not None:
         _say(console, "\n[bold]3.[/] The accepted candidate runs on the same run id.")
-        repair = pipeline.run(run_id, loop.candidate, args, envelope)
+        repair = pipeline.run(run_id, loop.candidate, args, envelope).to_json()
         if console:
             render.run_report(console, repair)
     executed = first["calls"]["executed"] + (repair["calls"]["executed"] if repair else 0)

@@ -30,7 +30,7 @@ class Harness:
     def run(self, name: str, *, run_id: str = "run-1", args: Any = None,
             envelope: Envelope | None = None) -> dict[str, Any]:
         return self.pipeline.run(run_id, script(name), args if args is not None else {},
-                                 envelope or Envelope())
+                                 envelope or Envelope()).to_json()
 
     def provider_log(self) -> list[dict[str, Any]]:
         path = self.services.settings.provider_log_path

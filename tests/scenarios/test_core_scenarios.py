@@ -67,7 +67,20 @@ def test_replayed_artifacts_are_the_committed_ones(harness: Harness) -> None:
         assert harness.services.artifacts.exists(artifact_id)
 
 
-def test_relocation_into_helper_is_stopped_before_spending(harness: Harness) -> None:
+def test_relocation_into_helper_replays_through_the_remap(harness: Harness) -> None:
+    args = {"shots": ["a", "b", "c", "d"]}
+    harness.run("fanout_v1", args=args)
+    before = _executions(harness)
+    moved = harness.run("fanout_relocated", args=args)
+    assert moved["status"] == "succeeded", moved["error"]
+    assert [(r["from"], r["to"]) for r in moved["gate"]["relocations"]] == [
+        ("orchestrate/#0>orchestrate.gen/#0", "orchestrate/#0>gen_one/#0")]
+    assert (moved["calls"]["replayed"], moved["calls"]["executed"]) == (3, 1)
+    assert _executions(harness) == before + 1  # only the shot that never committed
+
+
+def test_relocation_into_helper_is_stopped_under_the_strict_gate(make_harness) -> None:
+    harness = make_harness(relocation="stop")
     args = {"shots": ["a", "b", "c", "d"]}
     harness.run("fanout_v1", args=args)
     before = _executions(harness)
@@ -108,18 +121,28 @@ def test_widened_loop_under_warn_executes_and_names_the_repeats(harness: Harness
     widened = harness.run("loop6", envelope=Envelope(ledger_policy=LedgerPolicy.WARN))
     assert widened["status"] == "succeeded"
     assert widened["calls"]["executed"] == 3
-    assert len(widened["warnings"]) == 3
-    assert all("semantic repeat" in w for w in widened["warnings"])
+    repeats = [w for w in widened["warnings"] if "semantic repeat" in w]
+    assert len(repeats) == 3
 
 
-def test_inserted_fanout_branch_diverges_after_at_most_one_execution(harness: Harness) -> None:
+def test_inserted_helper_call_pays_only_for_the_new_branch(harness: Harness) -> None:
     harness.run("branches_v1")
     assert _executions(harness) == 2
     shifted = harness.run("branches_v2")
+    assert shifted["status"] == "succeeded", shifted["error"]
+    assert (shifted["calls"]["replayed"], shifted["calls"]["executed"]) == (2, 1)
+    assert _executions(harness) == 3
+
+
+def test_path_shift_in_one_fanout_stops_before_any_new_call(harness: Harness) -> None:
+    prompts = {"prompts": ["a red door", "a blue door", "a grey door"]}
+    harness.run("shift_v1", args=prompts)
+    assert _executions(harness) == 3
+    shifted = harness.run("shift_v2", args=prompts)
     assert shifted["status"] == "stopped"
     assert shifted["error"]["type"] == "ReplayDivergence"
-    assert shifted["calls"]["executed"] <= 1
-    assert _executions(harness) <= 3
+    assert shifted["calls"]["executed"] == 0
+    assert _executions(harness) == 3  # the wave was decided before anything was dispatched
 
 
 def test_shrunk_loop_reports_orphans(harness: Harness) -> None:

@@ -143,7 +143,7 @@ def test_bad_payload_is_denied_naming_the_field(harness: Harness) -> None:
     report = harness.pipeline.run(
         "bad", 'async def orchestrate(ctx, args):\n'
                '    return await ctx.run("image.generate", {"prompt": "x", "colour": "red"})\n',
-        {}, Envelope())
+        {}, Envelope()).to_json()
     assert report["error"]["type"] == "CapabilityDenied"
     assert "colour" in report["error"]["message"]
     assert harness.provider_log() == []

@@ -19,14 +19,27 @@ def test_race_replays_the_same_winner_when_latencies_flip(make_harness) -> None:
     won = first.run("race_v1")
     assert won["status"] == "succeeded"
     race = [s for s in first.services.store.list_slots("run-1") if s.capability == "ctx.race"]
-    assert [s.result for s in race] == [{"winner": 1}]  # "calm" answered first
+    assert [s.result["index"] for s in race] == [1]  # "calm" answered first
     fast_bold = {"tagline, bold": 0.0, "tagline, calm": 0.3, "tagline, witty": 0.3}
     replay = make_harness(home="shared",
                           latency=lambda cap, p: fast_bold.get(p.get("prompt"), 0))
     again = replay.run("race_v1")
     assert again["result"] == won["result"], "the recorded winner is replayed"
     assert again["calls"]["executed"] == 0
-    assert [i["path"] for i in again["identities"]] == [[1]]
+    calls = [i for i in again["identities"] if i["capability"] != "ctx.race"]
+    assert [i["path"] for i in calls] == [[1]]
+
+
+def test_a_reordered_race_replays_its_winner_by_identity(make_harness) -> None:
+    fast_calm = {"tagline, bold": 0.3, "tagline, calm": 0.0, "tagline, witty": 0.3}
+    first = make_harness(home="shared",
+                         latency=lambda cap, p: fast_calm.get(p.get("prompt"), 0))
+    won = first.run("race_v1")
+    reordered = make_harness(home="shared", latency=lambda cap, p: 0)
+    again = reordered.run("race_reordered")
+    assert again["status"] == "succeeded", again["error"]
+    assert again["result"] == won["result"], "the committed winner, wherever it now stands"
+    assert again["calls"]["executed"] == 0
 
 
 def test_pipeline_and_dag_push_branch_indices(harness: Harness) -> None:

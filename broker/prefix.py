@@ -1,0 +1,130 @@
+"""The committed prefix as one revision sees it, and the decision on each call (pure).
+
+A revision loads the run's committed slots once. Every call it makes is decided
+here, before anything is dispatched:
+
+1. **replay**: the slot at the call's identity holds the same capability and
+   payload digest, and this revision has not used it yet;
+2. **relocated**: exactly one unused slot holds the same capability, call
+   expression (fingerprint) and payload digest: a shifted occurrence, a shifted
+   fanout path, a swapped caller. The same call, so its result is reusable;
+3. **divergence**: the slot at the call's identity holds another payload (or
+   capability): the committed call was edited; the run stops before any effect;
+4. **repeat**: this (capability, digest) was already paid earlier in the run at
+   another identity (another call expression, or a slot already used): the
+   ledger policy decides (see ``broker.ledger``);
+5. **new**: nothing committed matches: new work for the broker.
+
+Calls of one wave are decided together, exact identities first, so a relocation
+never takes the slot that a call of the same wave owns. Each slot serves at most
+one call per revision: a result is never handed to two calls.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from broker.identity import Identity
+from broker.records import SlotRecord
+
+RACE = "ctx.race"
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call as the host decides it (its identity is the storage identity)."""
+
+    identity: Identity
+    capability: str
+    digest: str  # call_digest of the normalized payload and its take
+    fingerprint: str  # of the call expression
+
+
+class Verdict(StrEnum):
+    REPLAY = "replay"
+    RELOCATED = "relocated"
+    DIVERGE = "diverge"
+    REPEAT = "repeat"
+    NEW = "new"
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    slot: SlotRecord | None = None  # the slot replayed, in the way, or paid before
+
+    @property
+    def replays(self) -> bool:
+        return self.verdict in (Verdict.REPLAY, Verdict.RELOCATED)
+
+
+class Prefix:
+    def __init__(self, slots: Iterable[SlotRecord]) -> None:
+        self.slots: dict[Identity, SlotRecord] = {}
+        self.races: dict[Identity, SlotRecord] = {}
+        self._by_call: dict[tuple[str, str, str], list[SlotRecord]] = defaultdict(list)
+        self._paid: dict[tuple[str, str], list[SlotRecord]] = defaultdict(list)
+        for slot in sorted(slots, key=lambda s: s.identity):
+            if slot.capability == RACE:
+                self.races[slot.identity] = slot
+                continue
+            self.slots[slot.identity] = slot
+            self._by_call[(slot.capability, slot.fingerprint, slot.digest)].append(slot)
+            self._paid[(slot.capability, slot.digest)].append(slot)
+        self.used: set[Identity] = set()
+        self.invoked: set[Identity] = set()
+
+    def __len__(self) -> int:
+        return len(self.slots) + len(self.races)
+
+    def decide_wave(self, calls: list[Call]) -> list[Decision]:
+        """Decide every call of a wave: exact identities first, then the rest in order."""
+        decisions: list[Decision | None] = [self._exact(call) for call in calls]
+        return [d if d is not None else self._other(call) for call, d in zip(
+            calls, decisions, strict=True)]
+
+    def decide(self, call: Call) -> Decision:
+        return self._exact(call) or self._other(call)
+
+    def _exact(self, call: Call) -> Decision | None:
+        slot = self.slots.get(call.identity)
+        if (slot is None or call.identity in self.used
+                or not slot.same_call(call.capability, call.digest)):
+            return None
+        return self._use(slot, Verdict.REPLAY)
+
+    def _other(self, call: Call) -> Decision:
+        moved = [s for s in self._by_call.get((call.capability, call.fingerprint, call.digest),
+                                              ()) if s.identity not in self.used]
+        if len(moved) == 1:
+            return self._use(moved[0], Verdict.RELOCATED)
+        own = self.slots.get(call.identity)
+        if own is not None:
+            self.invoked.add(own.identity)
+            if own.same_call(call.capability, call.digest):
+                return Decision(Verdict.REPEAT, own)  # its slot already served another call
+            return Decision(Verdict.DIVERGE, own)
+        paid = self._paid.get((call.capability, call.digest))
+        if paid:
+            return Decision(Verdict.REPEAT, paid[0])
+        return Decision(Verdict.NEW)
+
+    def _use(self, slot: SlotRecord, verdict: Verdict) -> Decision:
+        self.used.add(slot.identity)
+        self.invoked.add(slot.identity)
+        return Decision(verdict, slot)
+
+    def race(self, identity: Identity) -> SlotRecord | None:
+        """The committed decision of the race at ``identity``, if any."""
+        slot = self.races.get(identity)
+        if slot is not None:
+            self.invoked.add(identity)
+        return slot
+
+    def orphans(self) -> list[Identity]:
+        """Committed identities this revision never reached."""
+        frozen = set(self.slots) | set(self.races)
+        return sorted(frozen - self.invoked)

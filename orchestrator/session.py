@@ -1,0 +1,479 @@
+"""The host side of one revision: a sandbox, its socket, and a decision per call.
+
+The session starts the sandbox, hands it the job over the socket and serves
+its waves. Every frame is admitted (this run's nonce, a site the host
+annotated, the occurrence the host expects), every call of a wave is decided
+from the committed prefix loaded once for the revision (``broker.prefix``), and
+only new work leaves the host, to the executor (the broker in-process, or a
+Celery capability task). The first divergence or denial latches the revision:
+nothing that has not reached the provider is dispatched after it, and the
+sandbox is told to stop.
+
+Whatever the sandbox sends is hostile: a malformed frame, a site the host did
+not annotate, an unexpected occurrence, a second connection, or silence past
+the deadline ends the revision as stopped (``SandboxProtocolError``,
+``SandboxTimeout``), never with a crashed handler.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from broker.calls import CallReport, CallRequest, Outcome
+from broker.catalog import lookup
+from broker.envelope import Envelope
+from broker.errors import (
+    CapabilityDenied,
+    ReplayDivergence,
+    ReviseError,
+    SafetyStop,
+    SandboxError,
+    SandboxProtocolError,
+    SandboxTimeout,
+    SemanticRepeatDenied,
+)
+from broker.grants import authorize
+from broker.identity import Identity, call_digest, payload_digest
+from broker.ledger import LedgerAction, ledger_action
+from broker.prefix import RACE, Call, Decision, Prefix, Verdict
+from broker.records import SlotRecord
+from broker.settings import LedgerPolicy, Settings
+from broker.store import RunStore
+from orchestrator.admission import Admission
+from sandbox.channel import Channel
+from sandbox.job import remove_rpc_dir
+from sandbox.language import MAX_TAKE
+
+log = logging.getLogger("revise.session")
+
+FRAME_BYTES = 1 << 20  # one call frame (its payload) at most
+MESSAGE_BYTES = 8 << 20  # one message from the sandbox at most
+MAX_WAVE = 4096  # frames in one wave
+MAX_PATH = 64
+_CONNECT_POLL = 0.1
+
+
+class Executor(Protocol):
+    def execute(self, request: CallRequest) -> CallReport: ...
+
+
+@dataclass
+class Recorded:
+    """What the revision did at one identity (for the report)."""
+
+    identity: Identity
+    capability: str
+    outcome: Outcome
+    attempted: bool = False
+    cost: float = 0.0
+    replayed_from: Identity | None = None
+    committed_by: int | None = None
+
+
+@dataclass
+class SessionResult:
+    outcome: dict[str, Any] | None  # the sandbox's result message
+    stop: ReviseError | None
+    calls: list[Recorded]
+    warnings: list[str]
+    prefix: Prefix
+    sandbox: str
+    output: str = ""
+
+
+@dataclass
+class _Race:
+    identity: Identity
+    branches: list[dict[str, Any] | None]
+
+
+@dataclass
+class _State:
+    expected: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
+    last_seq: int = 0
+    races: dict[tuple[str, tuple[int, ...], int], _Race] = field(default_factory=dict)
+
+
+class Session:
+    def __init__(self, *, run_id: str, revision: int, admission: Admission, prefix: Prefix,
+                 args: Any, envelope: Envelope, settings: Settings, store: RunStore,
+                 runner: Any, executor: Executor, rpc_dir: Path) -> None:
+        self.run_id = run_id
+        self.revision = revision
+        self.admission = admission
+        self.whitelist = admission.whitelist
+        self.prefix = prefix
+        self.args = args
+        self.envelope = envelope
+        self.settings = settings
+        self.store = store
+        self.runner = runner
+        self.executor = executor
+        self.rpc_dir = rpc_dir
+        self.nonce = secrets.token_hex(16)
+        self.calls: list[Recorded] = []
+        self.warnings: list[str] = []
+        self._lock = threading.Lock()
+        self._latched = threading.Event()
+        self._stop: ReviseError | None = None
+        self._channel: Channel | None = None
+        self._state = _State()
+
+    # ---- the latch ---------------------------------------------------------------------------
+
+    def latch(self, stop: ReviseError) -> None:
+        """The first stop wins; nothing new is dispatched after it."""
+        with self._lock:
+            if self._stop is None:
+                self._stop = stop
+            self._latched.set()
+
+    def _record(self, entry: Recorded) -> None:
+        with self._lock:
+            self.calls.append(entry)
+
+    # ---- the revision ------------------------------------------------------------------------
+
+    def run(self) -> SessionResult:
+        limits = self.envelope.sandbox
+        deadline = time.monotonic() + limits.timeout_seconds
+        launched = self.runner.launch(self.run_id, self.rpc_dir, limits)
+        channel = Channel(launched.listener, deadline=deadline, message_bytes=MESSAGE_BYTES)
+        self._channel = channel
+        outcome: dict[str, Any] | None = None
+        pool = ThreadPoolExecutor(max_workers=self.envelope.concurrency,
+                                  thread_name_prefix="revise-call")
+        try:
+            try:
+                if self._connect(channel, launched.sandbox):
+                    channel.send({"t": "job", "nonce": self.nonce, "script": self.admission.text,
+                                  "args": self.args, "config": self._config()})
+                    outcome = self._serve(channel, pool, deadline)
+            except SafetyStop as stop:
+                self.latch(stop)
+            except ReviseError as exc:  # SandboxTimeout and friends
+                self.latch(exc)
+            if self._latched.is_set():
+                self._tell_stop(channel)
+        finally:
+            # Calls already dispatched finish and commit: they may have been paid for.
+            pool.shutdown(wait=True)
+            output = launched.sandbox.output()
+            launched.sandbox.cleanup()
+            channel.close()
+            remove_rpc_dir(launched.job.rpc_dir)
+        stop = self._stop
+        if outcome is None and stop is None:
+            stop = SandboxError(f"the sandbox exited without a result (killed by a limit or "
+                                f"crashed); output tail: {output[-600:]!r}")
+        return SessionResult(outcome, stop, self.calls, sorted(set(self.warnings)),
+                             self.prefix, self.runner.kind, output)
+
+    def _config(self) -> dict[str, Any]:
+        limits = self.envelope.sandbox
+        return {"frame_bytes": FRAME_BYTES, "message_bytes": MESSAGE_BYTES // 2,
+                "output_bytes": limits.output_bytes, "log_lines": 200,
+                "memory_mb": limits.memory_mb}
+
+    def _connect(self, channel: Channel, sandbox: Any) -> bool:
+        while not channel.accept(_CONNECT_POLL):
+            code = sandbox.wait(0)
+            if code is not None:
+                return False  # it died before connecting; the caller reports its output
+        return True
+
+    def _tell_stop(self, channel: Channel) -> None:
+        message = self._stop.message if self._stop is not None else "the run was stopped"
+        try:
+            channel.send({"t": "stop", "message": message})
+        except ReviseError:
+            pass
+
+    def _serve(self, channel: Channel, pool: ThreadPoolExecutor, deadline: float
+               ) -> dict[str, Any] | None:
+        wave: list[Any] = []
+        while not self._latched.is_set():
+            try:
+                message = channel.receive(0.25)
+            except EOFError:
+                return None
+            channel.refuse_extra_connections()
+            if message is None:
+                if time.monotonic() >= deadline:
+                    raise SandboxTimeout(
+                        f"the script ran longer than {self.envelope.sandbox.timeout_seconds:.0f}"
+                        " s and was killed; raise the envelope's sandbox.timeout_seconds or do "
+                        "less work")
+                continue
+            if message.get("nonce") != self.nonce:
+                raise SandboxProtocolError("a message without this run's nonce")
+            kind = message.get("t")
+            if kind == "result":
+                return message
+            if kind != "batch" or not isinstance(message.get("frames"), list):
+                raise SandboxProtocolError(f"an unknown message {str(kind)[:40]!r}")
+            wave.extend(message["frames"])
+            if len(wave) > MAX_WAVE:
+                raise SandboxProtocolError(f"a wave of more than {MAX_WAVE} calls")
+            if message.get("more") is True:
+                continue
+            frames, wave = wave, []
+            self._wave(frames, pool)
+        return None
+
+    # ---- one wave ----------------------------------------------------------------------------
+
+    def _wave(self, raw_frames: list[Any], pool: ThreadPoolExecutor) -> None:
+        calls: list[tuple[int, Call, CallRequest]] = []
+        for raw in raw_frames:
+            frame = self._admit(raw)
+            if frame["kind"] == "call":
+                admitted = self._call(frame)
+                if admitted is not None:
+                    calls.append(admitted)
+            elif frame["kind"] == "race_lookup":
+                self._race_lookup(frame)
+            else:
+                self._race_commit(frame)
+        decisions = self.prefix.decide_wave([call for _, call, _ in calls])
+        dispatch: list[tuple[int, CallRequest]] = []
+        for (seq, call, request), decision in zip(calls, decisions, strict=True):
+            new = self._apply(seq, call, request, decision)
+            if new is not None:
+                dispatch.append((seq, new))
+        if self._latched.is_set():
+            return  # wave-first: a stop anywhere in the wave dispatches none of it
+        for seq, request in dispatch:
+            pool.submit(self._execute, seq, request)
+
+    def _apply(self, seq: int, call: Call, request: CallRequest, decision: Decision
+               ) -> CallRequest | None:
+        slot = decision.slot
+        if decision.replays:
+            assert slot is not None
+            self._record(Recorded(call.identity, call.capability, Outcome.REPLAYED,
+                                  replayed_from=slot.identity if slot.identity != call.identity
+                                  else None, committed_by=slot.revision))
+            self._answer(seq, {"ok": True, "result": slot.result})
+            return None
+        if decision.verdict is Verdict.DIVERGE:
+            assert slot is not None
+            self._record(Recorded(call.identity, call.capability, Outcome.DIVERGED))
+            what = "capability" if slot.capability != call.capability else "payload"
+            self.latch(ReplayDivergence(
+                f"{call.identity} is committed with another {what} (line {slot.line}) and "
+                "cannot change; the run stops before any new effect. Keep the committed "
+                "payload, or add a new call for new work", identity=str(call.identity),
+                committed_digest=slot.digest, digest=call.digest, line=slot.line))
+            return None
+        if decision.verdict is Verdict.REPEAT:
+            assert slot is not None
+            return self._repeat(call, request, slot)
+        return request
+
+    def _repeat(self, call: Call, request: CallRequest, slot: SlotRecord
+                ) -> CallRequest | None:
+        policy = self.envelope.ledger_policy or self.settings.ledger_policy
+        action = ledger_action(LedgerPolicy(policy), lookup(call.capability))
+        where = f"{slot.identity}" + (f" (line {slot.line})" if slot.line else "")
+        message = (f"semantic repeat at {call.identity}: this exact {call.capability} payload "
+                   f"was already paid at {where}")
+        if action is LedgerAction.DENY:
+            self._record(Recorded(call.identity, call.capability, Outcome.DENIED))
+            self.latch(SemanticRepeatDenied(
+                message + "; denied before dispatch. Reuse that result, change the payload, "
+                "or declare another take with ctx.run(..., take=2)",
+                identity=str(call.identity), committed_identity=str(slot.identity),
+                committed_line=slot.line))
+            return None
+        if action is LedgerAction.WARN:
+            self.warnings.append(message)
+            self._event("semantic_repeat", message, call.identity)
+        return replace(request, allow_repeat=True)
+
+    def _execute(self, seq: int, request: CallRequest) -> None:
+        if self._latched.is_set():
+            return  # the revision stopped before this call reached the provider
+        try:
+            report = self.executor.execute(request)
+        except Exception as exc:  # an executor that cannot even report: fail closed
+            log.exception("executor failed at %s in run %s", request.identity, self.run_id)
+            self.latch(SandboxError(f"the call at {request.identity} could not be executed: "
+                                    f"{exc}", identity=str(request.identity)))
+            return
+        self._record(Recorded(request.identity, request.capability, report.outcome,
+                              report.attempted, report.cost, committed_by=report.committed_by))
+        self.warnings.extend(report.warnings)
+        if report.stop is not None:
+            self.latch(report.stop)
+            return
+        if report.outcome is Outcome.FAILED:
+            self._answer(seq, {"ok": False, "error": report.error})
+        else:
+            self._answer(seq, {"ok": True, "result": report.result})
+
+    def _answer(self, seq: int, body: dict[str, Any]) -> None:
+        if self._channel is None or self._latched.is_set():
+            return
+        try:
+            self._channel.send({"t": "answer", "seq": seq, **body})
+        except ReviseError as exc:
+            self.latch(exc)
+
+    # ---- frames ------------------------------------------------------------------------------
+
+    def _admit(self, raw: Any) -> dict[str, Any]:
+        """A frame the host will act on, or SandboxProtocolError."""
+        if not isinstance(raw, dict):
+            raise SandboxProtocolError("a frame that is not an object")
+        seq, kind, site = raw.get("seq"), raw.get("kind"), raw.get("site")
+        path, occurrence = raw.get("path"), raw.get("occurrence")
+        if not (_is_int(seq) and seq > self._state.last_seq):
+            raise SandboxProtocolError("a frame out of sequence")
+        self._state.last_seq = seq
+        if kind not in ("call", "race_lookup", "race_commit"):
+            raise SandboxProtocolError(f"a frame of unknown kind {str(kind)[:40]!r}")
+        if not isinstance(site, str) or site not in self.whitelist:
+            raise SandboxProtocolError(f"site {str(site)[:200]!r} is not in the host's "
+                                       "annotation", site=str(site)[:200])
+        if not (isinstance(path, list) and len(path) <= MAX_PATH
+                and all(_is_int(i) and 0 <= i < 1_000_000 for i in path)):
+            raise SandboxProtocolError("a frame with a malformed fanout path", site=site)
+        if not _is_int(occurrence):
+            raise SandboxProtocolError("a frame with a malformed occurrence", site=site)
+        is_race = self.whitelist[site].capability == RACE
+        if is_race != (kind != "call"):
+            raise SandboxProtocolError(f"site {site} does not make {kind} frames", site=site)
+        key = (site, tuple(path))
+        if kind == "race_commit":
+            if (site, tuple(path), occurrence) not in self._state.races:
+                raise SandboxProtocolError(f"race at {site} committed without a lookup",
+                                           site=site)
+        else:
+            expected = self._state.expected.get(key, 0)
+            if occurrence != expected:
+                raise SandboxProtocolError(f"occurrence {occurrence} at {site} path {path}; "
+                                           f"the host expects {expected}", site=site)
+            self._state.expected[key] = expected + 1
+        return raw
+
+    def _identity(self, site: str, path: list[int], occurrence: int) -> Identity:
+        return Identity(self.admission.storage_site(site), tuple(path), occurrence)
+
+    def _call(self, frame: dict[str, Any]) -> tuple[int, Call, CallRequest] | None:
+        site = self.whitelist[frame["site"]]
+        identity = self._identity(frame["site"], frame["path"], frame["occurrence"])
+        take = frame.get("take", 1)
+        if frame.get("capability") != site.capability:
+            raise SandboxProtocolError(f"site {site.site} is annotated for {site.capability}, "
+                                       "the frame asks for another capability", site=site.site)
+        if not (_is_int(take) and 1 <= take <= MAX_TAKE):
+            raise SandboxProtocolError("a call with a malformed take", site=site.site)
+        try:
+            _, payload = authorize(self.envelope, site.capability, frame.get("payload"),
+                                   identity=str(identity))
+        except CapabilityDenied as denied:
+            self._record(Recorded(identity, site.capability, Outcome.DENIED))
+            self.latch(denied)
+            return None
+        digest = call_digest(payload, take)
+        call = Call(identity, site.capability, digest, site.fingerprint)
+        request = CallRequest(self.run_id, self.revision, identity, site.capability, payload,
+                              digest, site.fingerprint, take, site.chain_fingerprint, site.line)
+        return frame["seq"], call, request
+
+    # ---- races -------------------------------------------------------------------------------
+
+    def _branch(self, raw: Any) -> dict[str, Any] | None:
+        """A race branch's first call as (storage site, digest), or {"finished": True}."""
+        if raw == {"finished": True}:
+            return {"finished": True}
+        if not isinstance(raw, dict) or raw.get("site") not in self.whitelist:
+            return None
+        site = self.whitelist[raw["site"]]
+        try:
+            _, payload = authorize(self.envelope, site.capability, raw.get("payload"),
+                                   identity=site.site)
+        except CapabilityDenied:
+            return None
+        take = raw.get("take", 1)
+        if not (_is_int(take) and 1 <= take <= MAX_TAKE):
+            return None
+        return {"site": self.admission.storage_site(site.site),
+                "fingerprint": site.fingerprint, "digest": call_digest(payload, take)}
+
+    def _race_lookup(self, frame: dict[str, Any]) -> None:
+        branches = frame.get("branches")
+        if not isinstance(branches, list) or not 0 < len(branches) <= 1000:
+            raise SandboxProtocolError("a race lookup with malformed branches")
+        identity = self._identity(frame["site"], frame["path"], frame["occurrence"])
+        described = [self._branch(b) for b in branches]
+        key = (frame["site"], tuple(frame["path"]), frame["occurrence"])
+        self._state.races[key] = _Race(identity, described)
+        slot = self.prefix.race(identity)
+        if slot is None:
+            self._answer(frame["seq"], {"ok": True, "winner": None})
+            return
+        winner, index = _find_winner(slot.result, described)
+        if winner is None:
+            self.latch(ReplayDivergence(
+                f"the race at {identity} has a committed winner that none of its branches "
+                "makes any more (its first call changed or is gone); the run stops before "
+                "any new effect", identity=str(identity)))
+            return
+        self._record(Recorded(identity, RACE, Outcome.REPLAYED, committed_by=slot.revision))
+        self._answer(frame["seq"], {"ok": True, "winner": winner, "index": index})
+
+    def _race_commit(self, frame: dict[str, Any]) -> None:
+        key = (frame["site"], tuple(frame["path"]), frame["occurrence"])
+        race = self._state.races.pop(key)
+        winner = frame.get("winner")
+        if not (_is_int(winner) and 0 <= winner < len(race.branches)):
+            raise SandboxProtocolError("a race commit with an invalid winner")
+        branch = race.branches[winner] or {}
+        result = {"winner": branch, "index": winner}
+        site = self.whitelist[frame["site"]]
+        self.store.commit(SlotRecord(
+            run_id=self.run_id, identity=race.identity, capability=RACE,
+            digest=payload_digest(branch), fingerprint=site.fingerprint, result=result,
+            revision=self.revision, chain_fingerprint=site.chain_fingerprint,
+            line=site.line), None)
+        self._answer(frame["seq"], {"ok": True})
+
+    def _event(self, kind: str, message: str, identity: Identity | None = None) -> None:
+        try:
+            self.store.add_event(self.run_id, kind, message, revision=self.revision,
+                                 identity=identity)
+        except ReviseError:
+            log.warning("could not record event %s for run %s", kind, self.run_id)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _find_winner(committed: Any, branches: list[dict[str, Any] | None]
+                 ) -> tuple[int | None, int]:
+    """The branch that makes the committed winner's first call (site, else call
+    expression, with the same digest)."""
+    if not isinstance(committed, dict):
+        return None, 0
+    want = committed.get("winner") or {}
+    index = committed.get("index") if _is_int(committed.get("index")) else 0
+    if want.get("finished"):
+        if index < len(branches) and branches[index] == {"finished": True}:
+            return index, index
+        return None, index
+    for key in ("site", "fingerprint"):
+        for i, branch in enumerate(branches):
+            if (branch and not branch.get("finished") and branch.get(key) == want.get(key)
+                    and branch.get("digest") == want.get("digest")):
+                return i, index
+    return None, index
