@@ -232,7 +232,7 @@ def reconcile_cmd(
 @app.command("demo")
 @guard
 def demo_cmd(as_json: JsonFlag = False) -> None:
-    """The four-shot story: fail, repair, replay; then a relocation the gate stops."""
+    """The four-shot story: fail, a repair the gate stops, a repair it relocates, replay."""
     from orchestrator.demo.run import run_demo
 
     services = _services()

@@ -55,6 +55,7 @@ class RepairContext:
     failed_identities: list[dict[str, Any]]
     required_calls: int  # capability calls in the failed script
     args: Any = None
+    relocation: str = "remap"  # the gate's relocation setting (settings.relocation)
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,8 @@ def _lines_of(text: str, sites: Iterable[Site]) -> dict[str, SourceLine]:
             for s in sites}
 
 
-def load_context(store: RunStore, run_id: str, *, args: Any = None) -> RepairContext:
+def load_context(store: RunStore, run_id: str, *, args: Any = None,
+                 relocation: str = "remap") -> RepairContext:
     revisions = store.list_revisions(run_id)
     if not revisions:
         raise InputError(f"run {run_id!r} has no revisions; run it first with "
@@ -142,7 +144,7 @@ def load_context(store: RunStore, run_id: str, *, args: Any = None) -> RepairCon
         raise InputError(f"run {run_id!r} succeeded at revision {failed.revision}; there is "
                          "nothing to repair", run_id=run_id)
     slots = store.list_slots(run_id)
-    frozen = frozen_sites(slots)
+    frozen = frozen_sites(slots, {s.identity.site: s.line for s in slots if s.line})
     first = min((s.revision for s in slots), default=failed.revision)
     original = next((r for r in revisions if r.revision == first), failed)
     failed_sites = _sites(failed.source_text)
@@ -155,7 +157,8 @@ def load_context(store: RunStore, run_id: str, *, args: Any = None) -> RepairCon
         failure=dict(summary.get("error") or {}),
         failed_identities=[i for i in summary.get("identities", [])
                            if i.get("outcome") in ("failed", "diverged", "denied")],
-        required_calls=count_capability_calls(failed_sites), args=args)
+        required_calls=count_capability_calls(failed_sites), args=args,
+        relocation=relocation)
 
 
 # ---- judging one candidate -----------------------------------------------------------------
@@ -180,7 +183,7 @@ def judge(output: str, context: RepairContext, *, attempt: int,
     # A candidate over the R00 limits or unparsable is the checker's alone: never parse it.
     sites = None if any(v.rule == "R00" for v in errors) else _parsed_sites(text)
     if sites is not None:
-        gate = check_gate(context.frozen, sites)
+        gate = check_gate(context.frozen, sites, relocation=context.relocation)
         counterexamples = gate.counterexamples
         if not gate.accepted:
             refused.append("gate")
@@ -212,7 +215,7 @@ def repair_dynamic_source(*, store: RunStore, run_id: str, model: ModelBackend,
                           max_attempts: int = 3,
                           catalog: Mapping[str, Capability] = CATALOG,
                           grants: Iterable[str] | None = None,
-                          args: Any = None) -> RepairResult:
+                          args: Any = None, relocation: str = "remap") -> RepairResult:
     """Ask ``model`` for at most ``max_attempts`` candidates; return the first admissible one.
 
     ``grants`` restricts the capability names the checker and the prompt allow (default:
@@ -220,7 +223,7 @@ def repair_dynamic_source(*, store: RunStore, run_id: str, model: ModelBackend,
     """
     if max_attempts < 1:
         raise InputError(f"max_attempts is {max_attempts}; allow at least one rewrite")
-    context = load_context(store, run_id, args=args)
+    context = load_context(store, run_id, args=args, relocation=relocation)
     names = frozenset(catalog) if grants is None else frozenset(grants) & frozenset(catalog)
     messages = initial_messages(context, catalog, grants)
     attempts: list[AttemptFeedback] = []

@@ -90,7 +90,7 @@ def repair_cmd(
     try:
         result = repair_dynamic_source(store=services.store, run_id=run_id, model=backend,
                                        max_attempts=max_attempts, grants=env.grants,
-                                       args=run_args)
+                                       args=run_args, relocation=str(settings.relocation))
         if out is not None and result.candidate is not None:
             _write(out, result.candidate)
         report = None

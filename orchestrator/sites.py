@@ -24,6 +24,7 @@ A function defined inside a block is named after the block
 from __future__ import annotations
 
 import ast
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TypeGuard
@@ -91,6 +92,12 @@ def capability_of(call: ast.Call) -> str:
 
 
 def _dump(node: ast.AST) -> str:
+    """The node's normalized text, without host annotations at any depth."""
+    if any(isinstance(n, ast.keyword) and n.arg == SITE_KEYWORD for n in ast.walk(node)):
+        node = copy.deepcopy(node)
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Call):
+                sub.keywords = [kw for kw in sub.keywords if kw.arg != SITE_KEYWORD]
     return ast.dump(node, include_attributes=False)
 
 

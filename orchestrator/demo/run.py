@@ -2,10 +2,13 @@
 
 1. The model's script asks for four images in parallel; the fourth fails.
 2. The real repair loop asks a (recorded) model for a candidate: the first one
-   moves the committed call into a helper and the gate stops it before any
-   container starts; the counterexample goes back to the model, whose second
-   candidate fixes the size outside the call expression and is accepted.
-3. The accepted candidate runs on the same run id: 3 calls replayed, 1 executed.
+   writes the new size into the committed call expression, and the gate stops
+   it before any container starts (those three images were made with another
+   call); the counterexample goes back to the model, whose second candidate
+   fixes the size outside the call and also moves the call into a top-level
+   helper, which the gate relocates (the moved call is the only match).
+3. The accepted candidate runs on the same run id: 3 calls replayed through the
+   relocation, 1 executed.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ def script(name: str) -> str:
 
 
 def recorded_model() -> RecordedBackend:
-    """The demo's model: two recorded repair answers (a relocation, then the size fix)."""
+    """The demo's model: two recorded repair answers (an edited committed call, then the
+    size fixed outside the call, with the call moved into a helper)."""
     text = files("orchestrator.demo").joinpath("repair.jsonl").read_text(encoding="utf-8")
     return RecordedBackend(parse_jsonl(text, "orchestrator/demo/repair.jsonl"),
                            source="orchestrator/demo/repair.jsonl")
@@ -71,7 +75,8 @@ def run_demo(services: Any, console: Console | None) -> dict[str, Any]:
                   "it before anything runs.")
     model = recorded_model()
     loop = repair_dynamic_source(store=services.store, run_id=run_id, model=model,
-                                 max_attempts=3, args=args)
+                                 max_attempts=3, args=args,
+                                 relocation=str(services.settings.relocation))
     _show_loop(console, loop)
     repair: dict[str, Any] | None = None
     if loop.candidate is not None:
@@ -79,6 +84,10 @@ def run_demo(services: Any, console: Console | None) -> dict[str, Any]:
         repair = pipeline.run(run_id, loop.candidate, args, envelope).to_json()
         if console:
             render.run_report(console, repair)
+            for moved in repair["gate"]["relocations"]:
+                _say(console, f"  relocated: {render.escape(moved['from'])} (line "
+                              f"{moved['committed_line']}) → {render.escape(moved['to'])} "
+                              f"(line {moved['line']}); replayed only on an equal payload")
     executed = first["calls"]["executed"] + (repair["calls"]["executed"] if repair else 0)
     rerun = first["calls"]["executed"] + len(SHOTS)
     gate_stops = sum(1 for a in loop.attempts if "gate" in a.refused_by)
@@ -90,6 +99,7 @@ def run_demo(services: Any, console: Console | None) -> dict[str, Any]:
         for ce in loop.attempts[0].counterexamples)
     ok = (first["status"] == "failed" and loop.accepted and gate_stops >= 1 and fed_back
           and repair is not None and repair["status"] == "succeeded"
+          and bool(repair["gate"]["relocations"])
           and repair["calls"]["replayed"] == 3 and repair["calls"]["executed"] == 1)
     return {"ok": ok, "run_id": run_id, "sandbox": pipeline.runner.kind,
             "provider_calls": executed, "full_rerun_calls": rerun,

@@ -129,16 +129,16 @@ def test_list_slots_orders_by_identity(store):
     assert Identity("a/#0", (), 0) < Identity("a/#0", (0,), 0)
 
 
-def test_ledger_digests_filter_by_revision(store):
-    path = (1,)
-    store.commit(slot(Identity("s/#0", path, 0), digest="r1", revision=1), None)
-    store.commit(slot(Identity("s/#0", path, 1), digest="r2", revision=2), None)
-    store.commit(slot(Identity("s/#0", (2,), 0), digest="other-path", revision=1), None)
-    store.commit(slot(Identity("t/#0", path, 0), digest="other-site", revision=1), None)
-    assert store.ledger_digests(RUN, "s/#0", path, 1) == set()
-    assert store.ledger_digests(RUN, "s/#0", path, 2) == {"r1"}
-    assert store.ledger_digests(RUN, "s/#0", path, 3) == {"r1", "r2"}
-    assert store.ledger_digests("other-run", "s/#0", path, 3) == set()
+def test_the_paid_payload_ledger_is_run_wide_and_filters_by_revision(store):
+    a, b, c = Identity("s/#0", (1,), 0), Identity("t/#0", (2,), 0), Identity("s/#0", (1,), 1)
+    store.commit(slot(a, digest="d", revision=1), None)
+    store.commit(slot(b, digest="d", revision=2), None)  # the same payload, another site
+    store.commit(slot(c, digest="other", revision=1), None)
+    assert store.paid_identities(RUN, "llm.text", "d", 1) == []
+    assert store.paid_identities(RUN, "llm.text", "d", 2) == [a]
+    assert store.paid_identities(RUN, "llm.text", "d", 3) == [a, b]
+    assert store.paid_identities(RUN, "text.generate", "d", 3) == []
+    assert store.paid_identities("other-run", "llm.text", "d", 3) == []
 
 
 # ---- attempts -------------------------------------------------------------------------------

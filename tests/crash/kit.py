@@ -67,7 +67,7 @@ def _child(home: Path, run_id: str, name: str, mode: str, at_call: int, latency:
     services = open_services(settings_for(home), runner=ProcessRunner(), latency=latency)
     if mode != "none":
         services.provider = CrashingProvider(services.provider, mode, at_call)
-    services.pipeline().run(run_id, script(name), {}, Envelope())
+    services.pipeline().run(run_id, script(name), {}, Envelope()).to_json()
     os._exit(0)
 
 

@@ -47,7 +47,7 @@ def services(home: Path):
 
 
 def replay(services, name: str, run_id: str = "crash"):
-    return services.pipeline().run(run_id, script(name), {}, Envelope())
+    return services.pipeline().run(run_id, script(name), {}, Envelope()).to_json()
 
 
 def open_attempts(services, run_id: str = "crash"):

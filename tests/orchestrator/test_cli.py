@@ -17,7 +17,8 @@ SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
 
 @pytest.fixture
 def revise(tmp_path: Path):
-    env = {**os.environ, "REVISE_HOME": str(tmp_path / "home"), "REVISE_SANDBOX": "process"}
+    env = {**os.environ, "REVISE_HOME": str(tmp_path / "home"), "REVISE_SANDBOX": "process",
+           "COLUMNS": "200"}
 
     def call(*argv: str, code: int | None = 0) -> tuple[int, Any, str]:
         done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv],
@@ -64,12 +65,16 @@ def test_run_then_gate_then_repair_through_the_cli(revise, tmp_path: Path) -> No
     assert set(first["identities"][0]) >= {"site", "path", "occurrence", "capability",
                                            "outcome"}
 
-    _, gate, _ = revise("gate", script("fanout_relocated"), "--run-id", "R", "--json", code=1)
+    _, gate, _ = revise("gate", script("fanout_edited"), "--run-id", "R", "--json", code=1)
     assert gate["accepted"] is False
     assert [(c["kind"], c["site"]) for c in gate["counterexamples"]] == [
-        ("removed", "orchestrate.gen/#0")]
-    _, gate, _ = revise("gate", script("fanout_repaired"), "--run-id", "R", "--json")
+        ("call_changed", "orchestrate/#0>orchestrate.gen/#0")]
+    _, gate, _ = revise("gate", script("fanout_relocated"), "--run-id", "R", "--json")
     assert gate["accepted"] is True
+    assert [(r["from"], r["to"]) for r in gate["relocations"]] == [
+        ("orchestrate/#0>orchestrate.gen/#0", "orchestrate/#0>gen_one/#0")]
+    _, gate, _ = revise("gate", script("fanout_repaired"), "--run-id", "R", "--json")
+    assert gate["accepted"] is True and gate["relocations"] == []
 
     _, repair, _ = revise("run", script("fanout_repaired"), "--run-id", "R", "--args",
                           str(args), "--json")
@@ -82,7 +87,7 @@ def test_run_then_gate_then_repair_through_the_cli(revise, tmp_path: Path) -> No
     _, runs, _ = revise("runs", "--json")
     assert runs["runs"][0]["run_id"] == "R"
     _, human, _ = revise("show", "R")
-    assert "orchestrate.gen/#0@3:0" in human
+    assert "orchestrate/#0>orchestrate.gen/#0@3:0" in human
 
 
 def test_sites_and_orphans(revise) -> None:

@@ -50,7 +50,7 @@ def open_home(home: Path) -> Services:
 def fanout_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     """One failed four-shot run (3 committed, 1 failed); the loop never writes revisions."""
     services = open_home(tmp_path_factory.mktemp("fanout"))
-    first = services.pipeline().run("four", script("fanout_v1"), SHOTS, Envelope())
+    first = services.pipeline().run("four", script("fanout_v1"), SHOTS, Envelope()).to_json()
     assert first["status"] == "failed" and first["calls"]["succeeded"] == 3
     yield services
     services.close()
@@ -59,7 +59,7 @@ def fanout_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
 @pytest.fixture(scope="module")
 def two_step_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Services]:
     services = open_home(tmp_path_factory.mktemp("two-step"))
-    first = services.pipeline().run("two", TWO_STEP_V1, {}, Envelope())
+    first = services.pipeline().run("two", TWO_STEP_V1, {}, Envelope()).to_json()
     assert first["status"] == "failed" and first["calls"]["succeeded"] == 1
     yield services
     services.close()
@@ -80,18 +80,28 @@ def test_first_prompt_carries_failure_frozen_sites_and_scripts(fanout_run: Servi
     assert system["role"] == "system" and "image.generate" in system["content"]
     assert "{{CATALOG}}" not in system["content"]
     prompt = user["content"]
-    for needle in ("CapabilityError", "orchestrate.gen/#0@3:0", "invalid_parameter",
-                   "image.generate", "`orchestrate.gen/#0`", "3 committed occurrence(s)",
+    for needle in ("CapabilityError", "orchestrate/#0>orchestrate.gen/#0@3:0", "invalid_parameter",
+                   "image.generate", "`orchestrate/#0>orchestrate.gen/#0`", "3 committed occurrence(s)",
                    FROZEN_LINE, 'size = "999x999" if i == last else "1024x1024"',
                    '"a lighthouse"'):
         assert needle in prompt, needle
 
 
-def test_relocation_is_stopped_by_the_gate_and_fed_back(fanout_run: Services) -> None:
+def test_relocation_is_accepted_by_the_default_gate(fanout_run: Services) -> None:
+    relocation = fenced(script("fanout_relocated"), "I moved the call into a helper.")
+    with ModelServer([relocation]) as server:
+        result = repair_dynamic_source(store=fanout_run.store, run_id="four",
+                                       model=http_model(server))
+    assert result.accepted and result.rewrites == 1
+    assert result.candidate == script("fanout_relocated")
+
+
+def test_relocation_is_stopped_by_the_strict_gate_and_fed_back(fanout_run: Services) -> None:
     relocation = fenced(script("fanout_relocated"), "I moved the call into a helper.")
     with ModelServer([relocation, fenced(script("fanout_repaired"))]) as server:
         result = repair_dynamic_source(store=fanout_run.store, run_id="four",
-                                       model=http_model(server), max_attempts=3)
+                                       model=http_model(server), max_attempts=3,
+                                       relocation="stop")
         prompts = server.prompts()
         second = server.bodies()[1]["messages"]
     assert result.accepted and result.rewrites == 2
@@ -99,10 +109,10 @@ def test_relocation_is_stopped_by_the_gate_and_fed_back(fanout_run: Services) ->
     first = result.attempts[0]
     assert first.refused_by == ("gate",)
     assert [(c.kind, c.site) for c in first.counterexamples] == [
-        ("removed", "orchestrate.gen/#0")]
+        ("removed", "orchestrate/#0>orchestrate.gen/#0")]
     # The NEXT prompt names the removed frozen site and its committed source line.
     assert len(prompts) == 2
-    assert "removed" in prompts[1] and "orchestrate.gen/#0" in prompts[1]
+    assert "removed" in prompts[1] and "orchestrate/#0>orchestrate.gen/#0" in prompts[1]
     assert FROZEN_LINE in prompts[1]
     assert "gen_one/#0" in prompts[1]  # where the candidate moved it
     assert second[-2] == {"role": "assistant", "content": relocation}
@@ -151,8 +161,8 @@ def test_unbounded_loop_gets_r03_feedback_and_is_fixed(fanout_run: Services) -> 
 
 
 def test_max_attempts_is_honoured_and_failure_is_clean(fanout_run: Services) -> None:
-    relocation = fenced(script("fanout_relocated"))
-    with ModelServer([relocation] * 5) as server:
+    edited = fenced(script("fanout_edited"))
+    with ModelServer([edited] * 5) as server:
         result = repair_dynamic_source(store=fanout_run.store, run_id="four",
                                        model=http_model(server), max_attempts=2)
         assert server.served == 2
@@ -173,7 +183,7 @@ def test_answer_without_a_script_is_refused(fanout_run: Services) -> None:
 
 def test_every_candidate_is_audited(fanout_run: Services) -> None:
     before = len(fanout_run.store.list_events("four"))
-    model = RecordedBackend.of(fenced(script("fanout_relocated")),
+    model = RecordedBackend.of(fenced(script("fanout_edited")),
                                fenced(script("fanout_repaired")))
     repair_dynamic_source(store=fanout_run.store, run_id="four", model=model)
     kinds = [e.kind for e in fanout_run.store.list_events("four")[before:]]
@@ -186,7 +196,7 @@ def test_unknown_and_succeeded_runs_are_input_errors(fanout_run: Services,
         load_context(fanout_run.store, "nope")
     services = open_home(tmp_path)
     try:
-        services.pipeline().run("ok", script("e3_v2"), {}, Envelope())
+        services.pipeline().run("ok", script("e3_v2"), {}, Envelope()).to_json()
         with pytest.raises(InputError, match="nothing to repair"):
             load_context(services.store, "ok")
     finally:
@@ -200,14 +210,14 @@ def test_a_gate_refused_revision_is_skipped_when_loading(tmp_path: Path) -> None
     services = open_home(tmp_path)
     try:
         pipeline = services.pipeline()
-        pipeline.run("r", script("fanout_v1"), SHOTS, Envelope())
-        moved = pipeline.run("r", script("fanout_relocated"), SHOTS, Envelope())
+        pipeline.run("r", script("fanout_v1"), SHOTS, Envelope()).to_json()
+        moved = pipeline.run("r", script("fanout_edited"), SHOTS, Envelope()).to_json()
         assert moved["status"] == "stopped"
         context = load_context(services.store, "r")
     finally:
         services.close()
     assert (context.failed.revision, context.original.revision) == (1, 1)
-    assert context.frozen_lines["orchestrate.gen/#0"].text == FROZEN_LINE
+    assert context.frozen_lines["orchestrate/#0>orchestrate.gen/#0"].text == FROZEN_LINE
 
 
 # ---- end to end: fail, `revise repair --execute`, replay ---------------------------------------
@@ -218,14 +228,14 @@ def test_revise_repair_execute_replays_three_and_executes_one(tmp_path: Path) ->
     home = tmp_path / "home"
     services = open_home(home)
     try:
-        first = services.pipeline().run("e2e", script("fanout_v1"), SHOTS, Envelope())
+        first = services.pipeline().run("e2e", script("fanout_v1"), SHOTS, Envelope()).to_json()
     finally:
         services.close()
     assert first["status"] == "failed"
     assert (first["calls"]["succeeded"], first["calls"]["failed"]) == (3, 1)
     recorded = tmp_path / "model.jsonl"
     recorded.write_text("".join(json.dumps({"purpose": "repair", "output": fenced(script(n))})
-                                + "\n" for n in ("fanout_relocated", "fanout_repaired")))
+                                + "\n" for n in ("fanout_edited", "fanout_repaired")))
     args = tmp_path / "args.json"
     args.write_text(json.dumps(SHOTS))
     result = CliRunner().invoke(

@@ -97,7 +97,7 @@ async def orchestrate(ctx, args):
     plan = await plan_it(ctx, args)
     return plan
 '''
-    assert sites_of(moved) == [("plan_it/#0", "storyboard.plan")]
+    assert sites_of(moved) == [("orchestrate/#0>plan_it/#0", "storyboard.plan")]
 
 
 def test_nested_helpers_are_qualified_and_race_gets_a_site() -> None:
@@ -108,8 +108,10 @@ async def orchestrate(ctx, args):
     fast = await ctx.race([gen("a"), gen("b")])
     return fast
 '''
-    assert sites_of(source) == [("orchestrate.gen/#0", "image.generate"),
-                                ("orchestrate/#0", "ctx.race")]
+    assert sorted(sites_of(source)) == [
+        ("orchestrate/#0", "ctx.race"),
+        ("orchestrate/#1>orchestrate.gen/#0", "image.generate"),
+        ("orchestrate/#2>orchestrate.gen/#0", "image.generate")]
 
 
 def test_try_handlers_and_else_blocks_are_distinct() -> None:
@@ -127,3 +129,62 @@ async def orchestrate(ctx, args):
 '''
     assert [s for s, _ in sites_of(source)] == [
         "orchestrate/try0/#0", "orchestrate/except0.0/#0", "orchestrate/else1/#0"]
+
+
+def test_a_helper_called_from_two_places_has_two_sites_with_one_call_expression() -> None:
+    source = """
+async def orchestrate(ctx, args):
+    async def gen(s):
+        return await ctx.run("image.generate", {"prompt": s})
+    a = await gen("a")
+    b = await gen("b")
+    return [a, b]
+"""
+    sites = assign_sites(ast.parse(source))
+    assert [s.site for s in sites] == ["orchestrate/#0>orchestrate.gen/#0",
+                                       "orchestrate/#1>orchestrate.gen/#0"]
+    assert sites[0].fingerprint == sites[1].fingerprint
+    assert sites[0].chain_fingerprint != sites[1].chain_fingerprint
+    assert [s.entry_line for s in sites] == [5, 6]
+
+
+def test_same_named_definitions_in_different_blocks_get_distinct_sites() -> None:
+    source = """
+async def orchestrate(ctx, args):
+    if args["fast"]:
+        async def gen(s):
+            return await ctx.run("image.generate", {"prompt": s, "size": "256x256"})
+    else:
+        async def gen(s):
+            return await ctx.run("image.generate", {"prompt": s})
+    return await gen("x")
+"""
+    sites = {s.site: s for s in assign_sites(ast.parse(source))}
+    assert sorted(sites) == ["orchestrate/#0>orchestrate/else0.gen/#0",
+                             "orchestrate/#0>orchestrate/if0.gen/#0"]
+    assert sites["orchestrate/#0>orchestrate/if0.gen/#0"].line == 5
+    assert sites["orchestrate/#0>orchestrate/else0.gen/#0"].line == 8
+
+
+def test_a_call_free_helper_or_statement_inserted_before_keeps_every_site() -> None:
+    before = """
+async def orchestrate(ctx, args):
+    async def gen(s):
+        return await ctx.run("image.generate", {"prompt": s})
+    a = await gen("a")
+    return a
+"""
+    after = """
+async def orchestrate(ctx, args):
+    async def tidy(s):
+        return s.strip()
+    async def gen(s):
+        return await ctx.run("image.generate", {"prompt": s})
+    label = await tidy(" a ")
+    if label:
+        label = label.upper()
+    a = await gen("a")
+    return a
+"""
+    assert [s.site for s in assign_sites(ast.parse(before))] == [
+        s.site for s in assign_sites(ast.parse(after))]

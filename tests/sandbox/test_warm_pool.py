@@ -34,10 +34,10 @@ def test_each_job_gets_its_own_prestarted_container(sandbox_settings, tmp_path: 
     services = open_services(settings, runner=runner)
     try:
         pipeline = services.pipeline()
-        reports = [pipeline.run(f"warm-{i}", SCRIPT, {"p": f"job {i}"}, Envelope())
+        reports = [pipeline.run(f"warm-{i}", SCRIPT, {"p": f"job {i}"}, Envelope()).to_json()
                    for i in range(3)]
         odd = pipeline.run("cold", SCRIPT, {"p": "cold"},
-                           Envelope(sandbox=SandboxLimits(memory_mb=256)))
+                           Envelope(sandbox=SandboxLimits(memory_mb=256))).to_json()
     finally:
         runner.close()
         services.close()

@@ -29,7 +29,7 @@ def _embedded(tmp_path) -> list[dict[str, Any]]:
     services = open_services(settings, runner=ProcessRunner())
     try:
         pipeline = services.pipeline()
-        return [pipeline.run("run-1", script(name), SHOTS, Envelope())
+        return [pipeline.run("run-1", script(name), SHOTS, Envelope()).to_json()
                 for name in ("fanout_v1", "fanout_repaired", "fanout_relocated")]
     finally:
         services.close()

@@ -98,7 +98,7 @@ def test_every_core_scenario_via_revise_submit_matches_embedded(make_stack, tmp_
                     cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=90)
                 queued = json.loads(done.stdout)
                 embedded = pipeline.run(story, (SCRIPTS / f"{name}.py").read_text(),
-                                        {"shots": ["a", "b", "c", "d"]}, Envelope())
+                                        {"shots": ["a", "b", "c", "d"]}, Envelope()).to_json()
                 assert done.returncode == (0 if embedded["status"] == "succeeded" else 1)
                 assert _shape(queued) == _shape(embedded), (story, name)
     finally:

@@ -28,17 +28,17 @@ def upgrade() -> None:
         batch.add_column(sa.Column("line", sa.Integer(), nullable=True))
     op.create_index("ix_slots_run_id_capability_digest", "slots",
                     ["run_id", "capability", "digest"])
-    if op.get_bind().dialect.name == "postgresql":  # SQLite does not enforce lengths
-        for table, column, old, new in _WIDER:
-            op.alter_column(table, column, type_=sa.String(new),
-                            existing_type=sa.String(old))
+    for table, column, old, new in _WIDER:
+        with op.batch_alter_table(table) as batch:
+            batch.alter_column(column, type_=sa.String(new), existing_type=sa.String(old),
+                               existing_nullable=table in ("events",))
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        for table, column, old, new in _WIDER:
-            op.alter_column(table, column, type_=sa.String(old),
-                            existing_type=sa.String(new))
+    for table, column, old, new in _WIDER:
+        with op.batch_alter_table(table) as batch:
+            batch.alter_column(column, type_=sa.String(old), existing_type=sa.String(new),
+                               existing_nullable=table in ("events",))
     op.drop_index("ix_slots_run_id_capability_digest", table_name="slots")
     with op.batch_alter_table("slots") as batch:
         batch.drop_column("line")
