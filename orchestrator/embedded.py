@@ -8,6 +8,7 @@ from typing import Any
 from broker.artifacts import FileArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
+from broker.ledger import Ledger
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
@@ -23,10 +24,11 @@ class Services:
     provider: Provider
     artifacts: FileArtifactStore
     runner: Runner | None = None
+    ledger: Ledger | None = None  # a copy of the paid-payload ledger outside the store
 
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,
-                      settings=self.settings)
+                      settings=self.settings, ledger=self.ledger)
 
     def pipeline(self) -> Pipeline:
         if self.runner is None:

@@ -29,7 +29,7 @@ from .kit import (
 
 SEQ = {"orchestrate/#0@:0": {"prompt": "first frame"},
        "orchestrate/#1@:0": {"prompt": "second frame"}}
-FANOUT = {f"orchestrate.gen/#0@{i}:0": {"prompt": p}
+FANOUT = {f"orchestrate/#{i}>orchestrate.gen/#0@{i}:0": {"prompt": p}
           for i, p in enumerate(["left panel", "middle panel", "right panel"])}
 KILLED = -9
 

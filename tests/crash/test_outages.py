@@ -40,7 +40,8 @@ def test_redis_ledger_down_fails_closed_before_dispatch(tmp_path: Path) -> None:
     services = open_services(settings_for(home), runner=ProcessRunner())
     try:
         services.ledger = RedisLedger(redis.Redis(host="127.0.0.1", port=1,
-                                                  socket_connect_timeout=0.5))
+                                                  socket_connect_timeout=0.5),
+                                      slots=services.store.list_slots)
         report = services.pipeline().run("r", script("crash_seq"), {},
                                          Envelope(ledger_policy=LedgerPolicy.AUTO)).to_json()
     finally:
@@ -57,7 +58,7 @@ def test_redis_ledger_down_with_explicit_opt_out_proceeds(tmp_path: Path) -> Non
     try:
         services.ledger = RedisLedger(redis.Redis(host="127.0.0.1", port=1,
                                                   socket_connect_timeout=0.5),
-                                      fail_closed=False)
+                                      slots=services.store.list_slots, fail_closed=False)
         report = services.pipeline().run("r", script("crash_seq"), {}, Envelope()).to_json()
     finally:
         services.close()
