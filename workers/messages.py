@@ -140,13 +140,20 @@ class CapabilityCall(_Message):
 M = TypeVar("M", bound=BaseModel)
 
 
+_LISTED = 8  # problems spelled out; a hostile message can have thousands
+
+
 def describe(exc: ValidationError, top: str) -> str:
-    """pydantic's errors as one line: ``field.path: message; ...`` (``top`` for the root)."""
+    """pydantic's errors as one line: ``field.path: message; ...`` (``top`` for the root).
+
+    The offending input values are left out: they may be large, or secret."""
+    errors = exc.errors(include_url=False, include_input=False)
     parts = []
-    for error in exc.errors(include_url=False, include_input=False):
+    for error in errors[:_LISTED]:
         where = ".".join(str(part) for part in error["loc"]) or top
         parts.append(f"{where}: {error['msg'].removeprefix('Value error, ')}")
-    return "; ".join(parts)
+    more = f" (and {len(errors) - _LISTED} more)" if len(errors) > _LISTED else ""
+    return "; ".join(parts) + more
 
 
 def parse_message(model: type[M], data: Any, what: str) -> M:

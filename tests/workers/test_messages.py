@@ -122,3 +122,8 @@ def test_require_utf8_and_name_in() -> None:
     assert name_in({"run_id": "r1"}, "run_id", "run id") == "r1"
     assert name_in({"run_id": "../x"}, "run_id", "run id") is None
     assert name_in(42, "run_id", "run id") is None
+
+
+def test_a_message_with_many_problems_gets_a_bounded_description() -> None:
+    message = _refusal(DispatchJob, _job(args=[{1, 2}] * 1000))
+    assert message.endswith("(and 992 more)") and len(message) < 1000
