@@ -4,6 +4,11 @@ A provider that produces bytes (an image) stores them here and hands the
 script a small JSON reference instead of the bytes. The id is the SHA-256 of
 the content, so storing the same bytes twice is a no-op and a replayed result
 points at exactly the artifact the original call produced.
+
+An artifact id becomes a file name (``root/ab/cd/<hex>``), so it is accepted
+only whole (``fullmatch``: no trailing newline, nothing around it) and only
+as ``sha256:`` plus 64 lowercase hex digits; the path is built from the hex
+digits alone.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 from broker.errors import InputError
 from broker.identity import sha256_hex
 
-_ID = re.compile(r"^sha256:(?P<hex>[0-9a-f]{64})$")
+_ID = re.compile(r"sha256:(?P<hex>[0-9a-f]{64})")  # always used with fullmatch
 URI_SCHEME = "artifact://"
 
 
@@ -35,12 +40,18 @@ def artifact_id(data: bytes) -> str:
     return f"sha256:{sha256_hex(data)}"
 
 
-def _hex_of(artifact: str) -> str:
-    text = artifact.removeprefix(URI_SCHEME)
-    match = _ID.match(text)
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 90 else f"{text[:80]}... ({len(text)} characters)"
+
+
+def _hex_of(artifact: object) -> str:
+    text = artifact.removeprefix(URI_SCHEME) if isinstance(artifact, str) else None
+    match = _ID.fullmatch(text) if text is not None else None
     if not match:
-        raise InputError(f"{artifact!r} is not an artifact id; expected 'sha256:<64 hex>' "
-                         "or 'artifact://sha256:<64 hex>'", artifact=artifact)
+        raise InputError(f"{_shown(artifact)} is not an artifact id; expected "
+                         "'sha256:<64 hex>' or 'artifact://sha256:<64 hex>'",
+                         artifact=_shown(artifact))
     return match["hex"]
 
 
@@ -53,9 +64,9 @@ class ArtifactRef:
     size: int
 
     def __post_init__(self) -> None:
-        if not _ID.match(self.id):
-            raise InputError(f"{self.id!r} is not an artifact id; expected 'sha256:<64 hex>'",
-                             artifact=self.id)
+        if not isinstance(self.id, str) or not _ID.fullmatch(self.id):
+            raise InputError(f"{_shown(self.id)} is not an artifact id; expected "
+                             "'sha256:<64 hex>'", artifact=_shown(self.id))
         if self.size < 0:
             raise ValueError(f"artifact size must be >= 0, got {self.size}")
 

@@ -38,6 +38,7 @@ from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailabl
 from broker.identity import Identity
 from broker.migrations import upgrade
 from broker.models import attempt_record, revision_record, run_record, slot_record
+from broker.names import validate_name
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
     AttemptRecord,
@@ -87,6 +88,9 @@ def _upsert(conn: Connection, table: Table) -> Any:
 
 
 def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
+    # The last line of defence: a run id becomes a directory and queue keys, so no
+    # run is ever created under a name that could escape the runs directory.
+    validate_name("run id", run_id)
     now = models.utcnow()
     conn.execute(_upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
                                             revisions=0, created_at=now, updated_at=now)
@@ -328,6 +332,7 @@ class SqlStore:
     # -- runs and revisions --
 
     def ensure_run(self, run_id: str) -> RunRecord:
+        validate_name("run id", run_id)  # before connecting: a bad name is not an outage
         return self._run("creating a run", lambda c: ensure_run_txn(c, run_id))
 
     def get_run(self, run_id: str) -> RunRecord | None:

@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from broker.errors import ConfigError, InputError, ReviseError
+from broker.names import validate_name
 from orchestrator import render
 
 EXIT_OK = 0
@@ -24,7 +25,13 @@ EXIT_FAILED = 1  # the run, check or gate said no
 EXIT_USAGE = 2  # bad input: a file, an option, a setting
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
-RunId = Annotated[str, typer.Option("--run-id", help="the run to create or repair")]
+RunId = Annotated[str, typer.Option("--run-id", help="the run to create or repair (a name "
+                                    "such as shots-2024.1: letters, digits, '.', '_', '-')")]
+
+# Command parameters that hold a name which becomes a path or a queue key. ``guard``
+# validates them before the command runs, so every command that takes one (an option
+# or an argument, today or added later) refuses a bad name the same way.
+NAME_PARAMETERS = {"run_id": "run id", "job_id": "job id"}
 
 out = Console()
 err = Console(stderr=True)
@@ -42,11 +49,17 @@ def emit(as_json: bool, data: Any, human: Callable[[Console], None]) -> None:
 
 
 def guard(fn: Callable[..., None]) -> Callable[..., None]:
-    """Every ReviseError becomes a message naming the fix and an exit code, never a traceback."""
+    """Every ReviseError becomes a message naming the fix and an exit code, never a traceback.
+
+    Names in ``NAME_PARAMETERS`` are validated first (a bad one is a usage error, exit 2).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> None:
         try:
+            for parameter, kind in NAME_PARAMETERS.items():
+                if kwargs.get(parameter) is not None:
+                    validate_name(kind, kwargs[parameter])
             fn(*args, **kwargs)
         except ReviseError as exc:
             code = EXIT_USAGE if isinstance(exc, InputError | ConfigError) else EXIT_FAILED

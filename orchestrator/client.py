@@ -5,6 +5,10 @@ the ``dispatch`` queue and returns a ``JobHandle``. The handle learns the
 revision from the dispatcher's answer and then reads the run store, which is
 the truth about runs, identities and attempts: ``result()`` is the same object
 ``revise run --json`` prints (the revision's stored report).
+
+The job is built as a ``workers.messages.DispatchJob`` before it is sent, so a
+bad run id, script text, args value or envelope is refused here with the same
+clear error the dispatcher would give, and nothing is queued.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from typing import Any
 
 from broker.envelope import Envelope
 from broker.errors import BrokerError, RunNotFound, error_from_json
+from broker.names import validate_name
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
 from workers.app import ReviseCelery, make_app
 from workers.config import WorkerSettings
+from workers.messages import DispatchJob, parse_message, require_utf8
 from workers.routing import DISPATCH_TASK
 
 QUEUED, DISPATCHING, RUNNING = "queued", "dispatching", "running"
@@ -40,9 +46,13 @@ class Client:
 
     def submit(self, script: bytes | str, args: Any, envelope: Envelope | None,
                run_id: str) -> JobHandle:
+        validate_name("run id", run_id)
+        if isinstance(script, str):  # before decode_source, which would crash on a surrogate
+            require_utf8("script", script)
         job_id = uuid.uuid4().hex
         job = {"job_id": job_id, "run_id": run_id, "script": decode_source(script).text,
                "args": args, "envelope": (envelope or Envelope()).model_dump(mode="json")}
+        parse_message(DispatchJob, job, "job")
         self.app.send_task(DISPATCH_TASK, args=[job], task_id=job_id,
                            queue=self.app.routing.queue("dispatch"))
         return JobHandle(self, job_id, run_id)
@@ -66,7 +76,7 @@ class JobHandle:
             if result.ready():
                 if result.failed():
                     raise BrokerError(f"job {self.job_id}: the dispatcher failed: "
-                                       f"{result.result!r}")
+                                      f"{_describe(result.result)}", job_id=self.job_id)
                 self._dispatched = result.result
         return self._dispatched
 
@@ -112,3 +122,13 @@ class JobHandle:
         if revision is None or revision.status == "running" or revision.summary is None:
             raise RuntimeError(f"job {self.job_id} is still running; wait() first")
         return revision.summary
+
+
+def _describe(exc: object) -> str:
+    """A task's exception as its message, never a class repr (Celery rebuilds an exception
+    it cannot import as a bare ``Exception`` whose text names the original class)."""
+    if isinstance(exc, BaseException):
+        text = str(exc) or "no message"
+        name = type(exc).__name__
+        return text if name == "Exception" else f"{name}: {text}"
+    return str(exc)

@@ -12,6 +12,10 @@ idempotent twice over:
   identity's exclusive lease one after the other, so the second finds the
   first's commit and replays it; the store's atomic attempt claim (exactly one
   pending attempt per identity) stays the last line if Redis is bypassed.
+
+A message that is not a valid ``CapabilityCall`` (``workers.messages``) is
+answered at once, outcome ``failed`` with an ``InvalidMessage`` error: no lease,
+no store, no provider.
 """
 
 from __future__ import annotations
@@ -19,10 +23,13 @@ from __future__ import annotations
 from typing import Any
 
 from broker.calls import CallReport, CallRequest, Outcome
+from broker.catalog import CAPABILITY_NAMES
 from broker.envelope import Envelope
-from broker.errors import AttemptInFlight, AttemptUnresolved, SafetyStop
+from broker.errors import AttemptInFlight, AttemptUnresolved, InputError, SafetyStop
+from broker.identity import Identity
 from workers.app import ReviseTask, app
 from workers.lease import Verdict
+from workers.messages import CapabilityCall, InvalidMessage, parse_message
 from workers.routing import CAPABILITY_TASK
 
 _limits = app.queue_settings
@@ -33,6 +40,11 @@ _limits = app.queue_settings
 def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: dict[str, Any],
                origin: Any = None) -> dict[str, Any]:
     """``origin`` tags the asker (a sandbox job's delivery); the answer carries it."""
+    try:
+        parse_message(CapabilityCall, {"request": request_wire, "envelope": envelope_wire,
+                                       "origin": origin}, "capability call")
+    except InvalidMessage as exc:
+        return _refused(request_wire, exc)
     ctx = self.context
     request = CallRequest.from_wire(request_wire)
     job_id = self.request.id
@@ -63,6 +75,21 @@ def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: di
     answer = report.to_wire() | {"origin": origin}
     ctx.lease.finish(grant, answer)
     return answer
+
+
+def _refused(request_wire: Any, exc: InvalidMessage) -> dict[str, Any]:
+    """The answer to a malformed call: nothing was attempted. ``failed``, not ``stopped``:
+    a stop without a safety-stop error would read as a success on the asking side."""
+    wire = request_wire if isinstance(request_wire, dict) else {}
+    identity, capability = wire.get("identity"), wire.get("capability")
+    try:  # echo only what is well-formed, never the hostile part
+        identity = str(Identity.parse(identity))
+    except (InputError, AttributeError, TypeError):
+        identity = None
+    capability = capability if capability in CAPABILITY_NAMES else None
+    return {"identity": identity, "capability": capability, "outcome": str(Outcome.FAILED),
+            "result": None, "error": exc.to_json(), "stop": None, "attempted": False,
+            "cost": 0.0, "warnings": [], "origin": None}
 
 
 def _stopped(request: CallRequest, stop: SafetyStop) -> dict[str, Any]:

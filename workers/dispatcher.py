@@ -9,6 +9,8 @@ sandbox worker only runs the gate again against the prefix as it then is.
 
 The answer (also kept by the job lease, so a redelivery does not number a
 second revision) is ``{job_id, run_id, accepted, revision, report | error}``.
+A message that is not a valid ``DispatchJob`` is answered at once with an
+``InvalidMessage`` error (``workers.messages``); nothing else is touched.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from orchestrator.pipeline import Admitted, Pipeline
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Verdict
+from workers.messages import DispatchJob, InvalidMessage, check_task_id, name_in, parse_message
 from workers.routing import DISPATCH_TASK, SANDBOX_TASK
 
 _limits = app.queue_settings
@@ -33,8 +36,14 @@ def sandbox_task_id(job_id: str) -> str:
 @app.task(name=DISPATCH_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
           time_limit=_limits.dispatch_time_limit)
 def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
-    ctx = self.context
     job_id = self.request.id
+    try:
+        check_task_id(job_id, "dispatch job")
+        parse_message(DispatchJob, job, "dispatch job")
+    except InvalidMessage as exc:
+        return _answer(job_id, {"run_id": name_in(job, "run_id", "run id")},
+                       error=exc.to_json())
+    ctx = self.context
     grant = ctx.lease.begin(job_id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:
         return grant.answer

@@ -15,6 +15,10 @@ Redelivery: the job lease makes a duplicate of a running job a no-op
 (``Ignore``: acknowledged, no result written over the running copy's), lets a
 redelivery after a crash take over (committed identities replay, nothing is
 paid twice) and fails the revision visibly after ``max_deliveries`` starts.
+
+A message that is not a valid ``SandboxJob`` (``workers.messages``) is answered
+at once with status ``failed`` and an ``InvalidMessage`` error; the store is
+not touched (nothing in such a message can be trusted to name a revision).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from sandbox.runner import kill_processes_mentioning
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Grant, Verdict
+from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
 from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
 
@@ -48,6 +53,13 @@ _limits = app.queue_settings
           time_limit=_limits.sandbox_time_limit,
           soft_time_limit=max(1.0, _limits.sandbox_time_limit - 30))
 def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
+    try:
+        parse_message(SandboxJob, job, "sandbox job")
+    except InvalidMessage as exc:
+        revision = job.get("revision") if isinstance(job, dict) else None
+        return {"run_id": name_in(job, "run_id", "run id"),
+                "revision": revision if type(revision) is int else None,
+                "status": "failed", "deliveries": 0, "error": exc.to_json()}
     ctx = self.context
     grant = ctx.lease.begin(self.request.id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:

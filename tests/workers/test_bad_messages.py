@@ -1,0 +1,124 @@
+"""Malformed messages put straight on the queues of a real Celery stack.
+
+Each gets a clear ``InvalidMessage`` answer carrying pydantic's description, and
+the same worker processes then serve a valid job to success.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from broker.calls import CallRequest
+from broker.envelope import Envelope
+from broker.identity import Identity
+from orchestrator.client import JobHandle
+from workers.messages import InvalidMessage
+from workers.routing import CAPABILITY_TASK, DISPATCH_TASK, SANDBOX_TASK
+
+from .conftest import script
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+ENVELOPE = Envelope().model_dump(mode="json")
+
+
+def _job(**changes: Any) -> dict[str, Any]:
+    return {"job_id": uuid.uuid4().hex, "run_id": "bad-msg", "script": script("e3_v2"),
+            "args": {}, "envelope": ENVELOPE} | changes
+
+
+def _no_envelope() -> dict[str, Any]:
+    job = _job()
+    del job["envelope"]
+    return job
+
+
+MALFORMED_JOBS = {
+    "lone surrogate": (_job(script="async def orchestrate(ctx, args):\n    return '\ud800'\n"),
+                       "script: the script is not valid UTF-8 text: it has a lone surrogate"),
+    "no envelope": (_no_envelope(), "envelope: Field required"),
+    "unknown envelope field": (_job(envelope=ENVELOPE | {"grant_everything": True}),
+                               "envelope.grant_everything: Extra inputs are not permitted"),
+    "not a dict": (["bad-msg", "print(1)"], "dispatch job: Input should be a valid "
+                                            "dictionary"),
+    "run id escapes": (_job(run_id="../../x"), "run_id: run id '../../x' is not allowed"),
+}
+
+
+def test_malformed_messages_get_clear_errors_and_the_workers_keep_serving(
+        make_stack, tmp_path) -> None:
+    stack = make_stack()
+    dispatcher = stack.worker("dispatch", concurrency=1)
+    sandbox = stack.worker("sandbox", concurrency=1)
+    broker = stack.worker("capabilities", concurrency=1)
+    stack.wait_ready()
+    app, routing = stack.client.app, stack.client.app.routing
+    workers = set()
+
+    # -- the dispatch queue ----------------------------------------------------------------
+    for name, (job, expected) in MALFORMED_JOBS.items():
+        sent = app.send_task(DISPATCH_TASK, args=[job], queue=routing.queue("dispatch"))
+        answer = sent.get(timeout=30)
+        assert sent.successful(), name
+        workers.add(sent.worker)
+        assert set(answer) == {"job_id", "run_id", "accepted", "revision", "report", "error"}
+        assert answer["accepted"] is False and answer["revision"] is None, name
+        error = answer["error"]
+        assert error["type"] == "InvalidMessage" and error["identity"] is None, name
+        assert error["message"].startswith("invalid dispatch job, refused before anything "
+                                           "ran: "), name
+        assert expected in error["message"], (name, error["message"])
+        # The queue client shows that message (the error itself), never a class repr.
+        handle = JobHandle(stack.client, sent.id, "bad-msg")
+        assert handle.status() == "stopped"
+        with pytest.raises(InvalidMessage) as caught:
+            handle.result()
+        assert caught.value.message == error["message"]
+    assert stack.store.list_runs() == []
+    assert not (tmp_path / "x").exists() and not (tmp_path / "home" / "x").exists()
+
+    # -- the sandbox and capability queues -------------------------------------------------
+    sent = app.send_task(SANDBOX_TASK, args=[{
+        "job_id": "j1", "run_id": "bad-msg", "revision": 1, "source": "x = '\udfff'",
+        "admission": {"text": "x", "sites": []},
+        "args_text": "{}", "envelope": ENVELOPE | {"ledger_policy": "whatever"}}],
+        queue=routing.queue("sandbox"))
+    answer = sent.get(timeout=30)
+    assert answer["status"] == "failed" and answer["error"]["type"] == "InvalidMessage"
+    assert "source: the script is not valid UTF-8 text" in answer["error"]["message"]
+    assert "envelope.ledger_policy: Input should be" in answer["error"]["message"]
+
+    request = CallRequest("bad-msg", 1, Identity("orchestrate/#0", (), 0), "image.generate",
+                          {"prompt": "p", "size": "512x512"}, "digest", "fp").to_wire()
+    sent = app.send_task(CAPABILITY_TASK, args=[request | {"run_id": "../x"}, None],
+                         queue=routing.queue("capabilities"))
+    answer = sent.get(timeout=30)
+    assert (answer["outcome"], answer["attempted"]) == ("failed", False)
+    assert answer["error"]["type"] == "InvalidMessage"
+    assert "request.run_id: run id '../x' is not allowed" in answer["error"]["message"]
+    assert "envelope: Input should be a valid dictionary" in answer["error"]["message"]
+    assert stack.provider_log() == []
+
+    # -- then a valid job, served by the same three processes ------------------------------
+    report = stack.client.submit(script("e3_v2"), {}, Envelope(), "good-run").wait(120)
+    assert report["status"] == "succeeded", report
+    assert report["calls"]["executed"] >= 1
+    assert [p.poll() for p in (dispatcher, sandbox, broker)] == [None, None, None]
+    assert workers == {stack.names[0]}  # one dispatcher answered every malformed job
+
+
+def test_a_task_the_dispatcher_cannot_even_call_reads_as_a_message(make_stack) -> None:
+    stack = make_stack()
+    stack.worker("dispatch", concurrency=1)
+    stack.wait_ready()
+    sent = stack.client.app.send_task(DISPATCH_TASK, args=[],
+                                      queue=stack.client.app.routing.queue("dispatch"))
+    sent.get(timeout=30, propagate=False)
+    with pytest.raises(Exception) as caught:
+        JobHandle(stack.client, sent.id, "r").status()
+    message = str(caught.value)
+    assert "TypeError: " in message and "missing 1 required positional argument" in message
+    assert "<class" not in message
