@@ -91,7 +91,7 @@ class Prefix:
 
     def _exact(self, call: Call) -> Decision | None:
         slot = self.slots.get(call.identity)
-        if (slot is None or call.identity in self.used
+        if (slot is None or call.identity in self.used or slot.fingerprint != call.fingerprint
                 or not slot.same_call(call.capability, call.digest)):
             return None
         return self._use(slot, Verdict.REPLAY)
@@ -104,7 +104,8 @@ class Prefix:
         own = self.slots.get(call.identity)
         if own is not None:
             self.invoked.add(own.identity)
-            if own.same_call(call.capability, call.digest):
+            if own.same_call(call.capability, call.digest) and own.fingerprint == \
+                    call.fingerprint:
                 return Decision(Verdict.REPEAT, own)  # its slot already served another call
             return Decision(Verdict.DIVERGE, own)
         paid = self._paid.get((call.capability, call.digest))

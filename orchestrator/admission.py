@@ -38,7 +38,7 @@ class Admission:
     def regate(self, slots: list[SlotRecord], relocation: str) -> Admission:
         """The gate again, against the prefix as it is now (a concurrent revision of the
         run may have committed since admission)."""
-        gate = check_gate(frozen_sites(slots, _lines(slots)), self.sites, relocation=relocation)
+        gate = check_gate(frozen_sites(slots), self.sites, relocation=relocation)
         return Admission(self.text, self.sites, gate)
 
     def to_wire(self) -> dict[str, Any]:
@@ -59,10 +59,6 @@ class Refusal:
     gate: GateResult | None
 
 
-def _lines(slots: list[SlotRecord]) -> dict[str, int]:
-    return {s.identity.site: s.line for s in slots if s.line is not None}
-
-
 def admit(source: Source, slots: list[SlotRecord], *, relocation: str = "remap"
           ) -> Admission | Refusal:
     checked = check(source.text)
@@ -70,7 +66,7 @@ def admit(source: Source, slots: list[SlotRecord], *, relocation: str = "remap"
         return Refusal(checked, None)
     tree = ast.parse(source.text)
     annotated: Annotated = annotate(source.text, tree)
-    gate = check_gate(frozen_sites(slots, _lines(slots)), annotated.sites,
+    gate = check_gate(frozen_sites(slots), annotated.sites,
                       relocation=relocation)
     if not gate.accepted:
         return Refusal(checked, gate)

@@ -84,8 +84,7 @@ def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
     services = _services()
     try:
         slots = services.store.list_slots(run_id)
-        result = check_gate(frozen_sites(slots, {s.identity.site: s.line for s in slots
-                                                  if s.line is not None}),
+        result = check_gate(frozen_sites(slots),
                             assign_sites(tree), relocation=str(services.settings.relocation))
     finally:
         services.close()

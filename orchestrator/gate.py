@@ -105,8 +105,7 @@ class GateResult:
                 "relocations": [r.to_json() for r in self.relocations]}
 
 
-def frozen_sites(slots: Iterable[SlotRecord],
-                 lines: Mapping[str, int] | None = None) -> dict[str, FrozenSite]:
+def frozen_sites(slots: Iterable[SlotRecord]) -> dict[str, FrozenSite]:
     """The frozen prefix F from committed slot records; conflicting records raise."""
     frozen: dict[str, FrozenSite] = {}
     for slot in slots:
@@ -114,8 +113,7 @@ def frozen_sites(slots: Iterable[SlotRecord],
         seen = frozen.get(site)
         if seen is None:
             frozen[site] = FrozenSite(site, slot.capability, slot.fingerprint,
-                                      slot.chain_fingerprint or slot.fingerprint, 1,
-                                      (lines or {}).get(site))
+                                      slot.chain_fingerprint or slot.fingerprint, 1, slot.line)
             continue
         if (seen.capability, seen.fingerprint) != (slot.capability, slot.fingerprint):
             raise PrefixConflict(

@@ -144,7 +144,7 @@ def load_context(store: RunStore, run_id: str, *, args: Any = None,
         raise InputError(f"run {run_id!r} succeeded at revision {failed.revision}; there is "
                          "nothing to repair", run_id=run_id)
     slots = store.list_slots(run_id)
-    frozen = frozen_sites(slots, {s.identity.site: s.line for s in slots if s.line})
+    frozen = frozen_sites(slots)
     first = min((s.revision for s in slots), default=failed.revision)
     original = next((r for r in revisions if r.revision == first), failed)
     failed_sites = _sites(failed.source_text)

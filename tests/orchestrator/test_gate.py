@@ -51,3 +51,115 @@ def test_conflicting_prefix_records_fail_closed() -> None:
 
 def test_empty_prefix_accepts_anything() -> None:
     assert check_gate({}, sites(SOURCE)).accepted
+
+
+# ---- relocation: the remap of a frozen site to the one call that still makes it ------------
+
+V1 = '''async def orchestrate(ctx, args):
+    async def gen(s):
+        return await ctx.run("image.generate", {"prompt": s})
+    a = await gen("cat")
+    b = await gen("dog")
+    return [a, b]
+'''
+
+
+def committed(source: str):
+    """A frozen prefix in which every site of ``source`` committed once."""
+    return frozen_sites([SlotRecord("r", Identity(s.site, (), 0), s.capability, "d",
+                                    s.fingerprint, {}, chain_fingerprint=s.chain_fingerprint,
+                                    line=s.line) for s in sites(source)])
+
+
+def gate(frozen, source: str, relocation: str = "remap"):
+    return check_gate(frozen, sites(source), relocation=relocation)
+
+
+def test_renamed_helper_relocates_and_stores_under_the_frozen_names() -> None:
+    renamed = V1.replace("gen(", "make(")
+    result = gate(committed(V1), renamed)
+    assert result.accepted
+    assert {(r.frozen, r.site) for r in result.relocations} == {
+        ("orchestrate/#0>orchestrate.gen/#0", "orchestrate/#0>orchestrate.make/#0"),
+        ("orchestrate/#1>orchestrate.gen/#0", "orchestrate/#1>orchestrate.make/#0")}
+    assert result.storage["orchestrate/#0>orchestrate.make/#0"] == \
+        "orchestrate/#0>orchestrate.gen/#0"
+    assert not gate(committed(V1), renamed, relocation="stop").accepted
+
+
+def test_swapped_callers_relocate_by_their_arguments() -> None:
+    swapped = V1.replace('gen("cat")', 'gen("tmp")').replace('gen("dog")', 'gen("cat")') \
+        .replace('gen("tmp")', 'gen("dog")')
+    result = gate(committed(V1), swapped)
+    assert result.accepted
+    assert result.storage["orchestrate/#1>orchestrate.gen/#0"] == \
+        "orchestrate/#0>orchestrate.gen/#0"  # "cat" now comes second
+
+
+def test_a_call_inserted_before_gets_a_new_name_and_the_old_ones_follow() -> None:
+    inserted = V1.replace('    a = await gen("cat")', '    h = await gen("hero")\n'
+                                                       '    a = await gen("cat")')
+    result = gate(committed(V1), inserted)
+    assert result.accepted
+    storage = result.storage
+    assert storage["orchestrate/#1>orchestrate.gen/#0"] == "orchestrate/#0>orchestrate.gen/#0"
+    assert storage["orchestrate/#2>orchestrate.gen/#0"] == "orchestrate/#1>orchestrate.gen/#0"
+    hero = storage["orchestrate/#0>orchestrate.gen/#0"]
+    assert hero.startswith("orchestrate/#0>orchestrate.gen/#0~")  # never a frozen name
+
+
+def test_wrapping_a_committed_call_in_try_relocates() -> None:
+    source = 'async def orchestrate(ctx, args):\n    return await ctx.run("text.generate", ' \
+             '{"prompt": "x"})\n'
+    wrapped = ('async def orchestrate(ctx, args):\n    try:\n        return await ctx.run('
+               '"text.generate", {"prompt": "x"})\n    except CapabilityError:\n'
+               '        return None\n')
+    result = gate(committed(source), wrapped)
+    assert result.accepted
+    assert [(r.frozen, r.site) for r in result.relocations] == [
+        ("orchestrate/#0", "orchestrate/try0/#0")]
+    strict = gate(committed(source), wrapped, relocation="stop")
+    assert [c.kind for c in strict.counterexamples] == ["removed"]
+
+
+def test_two_new_sites_matching_one_frozen_site_stop_and_name_every_candidate() -> None:
+    source = 'async def orchestrate(ctx, args):\n    return await ctx.run("text.generate", ' \
+             '{"prompt": "x"})\n'
+    doubled = ('async def orchestrate(ctx, args):\n    if args:\n        return await ctx.run('
+               '"text.generate", {"prompt": "x"})\n    else:\n        return await ctx.run('
+               '"text.generate", {"prompt": "x"})\n')
+    result = gate(committed(source), doubled)
+    assert not result.accepted
+    [problem] = result.counterexamples
+    assert problem.kind == "ambiguous"
+    assert problem.candidates == ("orchestrate/else0/#0", "orchestrate/if0/#0")
+    assert "could be any of" in problem.describe()
+
+
+def test_a_helper_called_from_two_places_cannot_cover_one_frozen_site() -> None:
+    source = 'async def orchestrate(ctx, args):\n    return await ctx.run("image.generate", ' \
+             '{"prompt": s})\n'.replace("s}", "args[0]}")
+    helper = '''async def orchestrate(ctx, args):
+    async def gen(x):
+        return await ctx.run("image.generate", {"prompt": args[0]})
+    a = await gen(1)
+    b = await gen(2)
+    return [a, b]
+'''
+    result = gate(committed(source), helper)
+    assert [c.kind for c in result.counterexamples] == ["ambiguous"]
+
+
+def test_a_moved_call_whose_expression_changed_is_not_relocated() -> None:
+    source = 'async def orchestrate(ctx, args):\n    return await ctx.run("text.generate", ' \
+             '{"prompt": "x"})\n'
+    moved = ('async def say(ctx):\n    return await ctx.run("text.generate", {"prompt": "y"})'
+             '\n\nasync def orchestrate(ctx, args):\n    return await say(ctx)\n')
+    assert [c.kind for c in gate(committed(source), moved).counterexamples] == ["removed"]
+
+
+def test_a_counterexample_names_the_committed_line() -> None:
+    frozen = committed(V1)
+    result = gate(frozen, V1.replace('{"prompt": s}', '{"prompt": s.upper()}'))
+    assert {c.committed_line for c in result.counterexamples} == {3}
+    assert "committed at line 3" in result.counterexamples[0].describe()
