@@ -17,6 +17,7 @@ the deadline ends the revision as stopped (``SandboxProtocolError``,
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -58,6 +59,9 @@ MESSAGE_BYTES = 8 << 20  # one message from the sandbox at most
 MAX_WAVE = 4096  # frames in one wave
 MAX_PATH = 64
 _CONNECT_POLL = 0.1
+# What a failed script may tell the host about its error (everything else is dropped).
+_ERROR_FIELDS = frozenset({"type", "message", "line", "code", "capability", "identity",
+                           "status"})
 
 
 class Executor(Protocol):
@@ -216,7 +220,7 @@ class Session:
                 raise SandboxProtocolError("a message without this run's nonce")
             kind = message.get("t")
             if kind == "result":
-                return message
+                return self._outcome(message)
             if kind != "batch" or not isinstance(message.get("frames"), list):
                 raise SandboxProtocolError(f"an unknown message {str(kind)[:40]!r}")
             wave.extend(message["frames"])
@@ -227,6 +231,28 @@ class Session:
             frames, wave = wave, []
             self._wave(frames, pool)
         return None
+
+    def _outcome(self, message: dict[str, Any]) -> dict[str, Any]:
+        """The script's result, as far as it is well formed and within the output limit."""
+        limit = self.envelope.sandbox.output_bytes
+        logs = message.get("logs", [])
+        if not (isinstance(logs, list) and len(logs) <= 1000
+                and all(isinstance(line, str) for line in logs)):
+            raise SandboxProtocolError("a result with malformed logs")
+        size = len(json.dumps(message.get("result"), separators=(",", ":")))
+        if size > limit:
+            raise SandboxProtocolError(f"a result of {size} bytes; the envelope allows {limit}")
+        if message.get("ok") is True:
+            return {"ok": True, "result": message.get("result"),
+                    "logs": [line[:2000] for line in logs[:200]]}
+        error = message.get("error")
+        if not isinstance(error, dict):
+            raise SandboxProtocolError("a failed result without an error")
+        fields = {k: v for k, v in error.items() if k in _ERROR_FIELDS
+                  and (v is None or isinstance(v, str | int))}
+        return {"ok": False, "logs": [line[:2000] for line in logs[:200]], "error": {
+            **fields, "type": str(fields.get("type") or "ScriptError")[:100],
+            "message": str(fields.get("message") or "the script failed")[:4000]}}
 
     # ---- one wave ----------------------------------------------------------------------------
 
