@@ -91,7 +91,8 @@ class ProcessProfile(BaseModel):
     # RLIMIT_NPROC is counted per user namespace and again for the uid outside (capped
     # by the limit in force when bwrap made the namespace): bwrap starts under this
     # uid-wide ceiling and prlimit, inside, lowers it to the sandbox's own pids limit.
-    nproc_ceiling: int = Field(default=1024, ge=64)
+    # None keeps the host's limit (an unprivileged host: the uid is the host's own).
+    nproc_ceiling: int | None = Field(default=1024, ge=64)
     prlimit: str | None = "/usr/bin/prlimit"  # None: the pids limit is set uid-wide
     seccomp: SeccompPolicy = Field(default_factory=default_policy)
     log_tail_bytes: int = Field(default=8192, ge=1024)
@@ -120,15 +121,16 @@ class ProcessProfile(BaseModel):
 
     def rlimits(self) -> tuple[tuple[int, int], ...]:
         """(resource, value) pairs set (soft = hard) before bwrap starts."""
-        memory = self.limits.memory_mb * _MIB
-        nproc = self.limits.pids if self.prlimit is None else max(self.nproc_ceiling,
-                                                                  self.limits.pids)
-        return ((resource.RLIMIT_AS, memory),
-                (resource.RLIMIT_CPU, int(self.limits.timeout_seconds) + 1),
-                (resource.RLIMIT_FSIZE, self.fsize),
-                (resource.RLIMIT_NOFILE, self.nofile),
-                (resource.RLIMIT_CORE, 0),
-                (resource.RLIMIT_NPROC, nproc))
+        limits = ((resource.RLIMIT_AS, self.limits.memory_mb * _MIB),
+                  (resource.RLIMIT_CPU, int(self.limits.timeout_seconds) + 1),
+                  (resource.RLIMIT_FSIZE, self.fsize),
+                  (resource.RLIMIT_NOFILE, self.nofile),
+                  (resource.RLIMIT_CORE, 0))
+        if self.prlimit is None:
+            return (*limits, (resource.RLIMIT_NPROC, self.limits.pids))
+        if self.nproc_ceiling is None:
+            return limits
+        return (*limits, (resource.RLIMIT_NPROC, max(self.nproc_ceiling, self.limits.pids)))
 
     def command_line(self, bwrap: str, rpc_dir: str, fds: BwrapFds) -> list[str]:
         """The bwrap argv: ``rpc_dir`` is the RPC directory where bwrap's uid can reach it;

@@ -122,6 +122,8 @@ def test_rlimits_come_from_the_envelope():
     assert got[resource.RLIMIT_NPROC] == 900  # uid-wide; prlimit sets 40 inside
     strict = dict(ProcessProfile(limits=limits, prlimit=None).rlimits())
     assert strict[resource.RLIMIT_NPROC] == 40  # without prlimit: the pids limit itself
+    unprivileged = dict(ProcessProfile(limits=limits, nproc_ceiling=None).rlimits())
+    assert resource.RLIMIT_NPROC not in unprivileged  # the host user's own limit stays
 
 
 def test_host_root_layout_recreates_links_and_binds_real_dirs(tmp_path):
