@@ -243,7 +243,7 @@ def run_probe(runner_for: Callable[[tuple[str, ...]], Any], python: str, probe: 
     runner = runner_for(command)
     limits = SandboxLimits(**{"timeout_seconds": 30.0, **probe.limits})
     launched = runner.launch(f"acceptance-{token[-8:]}", workdir / token, limits)
-    done, got = threading.Event(), []
+    done, got = threading.Event(), list[dict[str, Any]]()
     server = threading.Thread(target=_serve, args=(launched.listener, done, got), daemon=True)
     server.start()
     try:

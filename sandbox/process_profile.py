@@ -35,7 +35,8 @@ NOBODY = 65534
 SANDBOX_UID = 10001  # inside, as in the Docker image (root-owned files show as 65534 there)
 # Top-level entries that merged-usr systems make links into /usr (bin -> usr/bin).
 ROOT_ENTRIES = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
-NAMESPACES = ("user", "ipc", "pid", "net", "uts")
+Namespace = Literal["user", "ipc", "pid", "net", "uts"]
+NAMESPACES: tuple[Namespace, ...] = ("user", "ipc", "pid", "net", "uts")
 _MIB = 1024 * 1024
 
 
@@ -71,7 +72,7 @@ class ProcessProfile(BaseModel):
     gid: int = Field(default=SANDBOX_UID, ge=1)
     host_uid: int = Field(default=NOBODY, ge=1)  # outside, when the host runs as root
     host_gid: int = Field(default=NOBODY, ge=1)
-    namespaces: tuple[Literal["user", "ipc", "pid", "net", "uts"], ...] = NAMESPACES
+    namespaces: tuple[Namespace, ...] = NAMESPACES
     read_only_root: Literal[True] = True
     no_new_user_namespaces: Literal[True] = True
     die_with_parent: Literal[True] = True

@@ -133,9 +133,10 @@ class ProcessRunner:
     isolation = ("process sandbox (bubblewrap): unprivileged uid, own user/pid/net/mount/ipc/"
                  "uts namespaces, read-only root, seccomp filter, no new privileges, rlimits "
                  "including a pids limit")
-    warnings = ("the process sandbox (bubblewrap) is weaker than the Docker sandbox: memory "
-                "is capped per process (RLIMIT_AS), not per sandbox; there is no CPU quota, "
-                "only a CPU-time limit; the host's /usr is visible read-only",)
+    warnings: tuple[str, ...] = (
+        "the process sandbox (bubblewrap) is weaker than the Docker sandbox: memory is capped "
+        "per process (RLIMIT_AS), not per sandbox; there is no CPU quota, only a CPU-time "
+        "limit; the host's /usr is visible read-only",)
 
     def __init__(self, *, settings: ProcessSettings | None = None,
                  command: Sequence[str] | None = None, warm: int = 0,
@@ -319,9 +320,10 @@ class WeakProcessRunner:
     kind = "process"
     isolation = ("weak process mode: a child Python with rlimits, a scrubbed environment and, "
                  "where the kernel allows, no network; no filesystem, uid or process isolation")
-    warnings = ("UNSAFE: the weak process mode (REVISE_PROCESS_ISOLATION=weak) ran this script "
-                "with rlimits only: it could read every file and signal every process of the "
-                "host's user; never use it for untrusted scripts",)
+    warnings: tuple[str, ...] = (
+        "UNSAFE: the weak process mode (REVISE_PROCESS_ISOLATION=weak) ran this script with "
+        "rlimits only: it could read every file and signal every process of the host's user; "
+        "never use it for untrusted scripts",)
 
     def __init__(self, *, command: Sequence[str] | None = None,
                  python: str = sys.executable) -> None:
