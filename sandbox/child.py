@@ -95,8 +95,8 @@ class ChildSandbox:
             return ""
 
 
-def init_pidfd(info_fd: int, outer_pid: int, timeout: float) -> int | None:
-    """A pidfd of the sandbox's init, from bwrap's ``--info-fd`` JSON; None when bwrap
+def init_pidfd(info_fd: int, outer_pid: int, timeout: float) -> tuple[int, int] | None:
+    """(pid, pidfd) of the sandbox's init, from bwrap's ``--info-fd`` JSON; None when bwrap
     exited before writing it (setup failed) or the init is already gone."""
     import json
 
@@ -117,18 +117,36 @@ def init_pidfd(info_fd: int, outer_pid: int, timeout: float) -> int | None:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:
         return None
-    if _parent_of(pid) != outer_pid:  # exited and the pid was reused before pidfd_open
+    if _status_field(pid, "PPid") != str(outer_pid):  # gone, and the pid reused meanwhile
         os.close(fd)
         return None
-    return fd
+    return pid, fd
 
 
-def _parent_of(pid: int) -> int | None:
+def wait_until_armed(pid: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait until the sandbox's init has finished its setup; False if it (or bwrap) ended.
+
+    bwrap's init re-arms its parent-death signal (lost with the uid switch of the setup)
+    right before it loads the seccomp filter: once ``Seccomp: 2`` shows, the sandbox dies
+    with bwrap, and bwrap with the host. Until then a host that died would leave it.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        mode = _status_field(pid, "Seccomp")
+        if mode is None:
+            return False
+        if mode == "2":
+            return True
+        time.sleep(0.0005)
+    return False
+
+
+def _status_field(pid: int, field: str) -> str | None:
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
     for line in status.splitlines():
-        if line.startswith("PPid:"):
-            return int(line.split()[1])
+        if line.startswith(f"{field}:"):
+            return line.split(":", 1)[1].strip()
     return None

@@ -44,7 +44,7 @@ from sandbox.bwrap import (
     python_binds,
     rpc_mount_point,
 )
-from sandbox.child import ChildSandbox, init_pidfd
+from sandbox.child import ChildSandbox, init_pidfd, wait_until_armed
 from sandbox.job import (
     RUNTIME_FILES,
     SANDBOX_DIR,
@@ -108,10 +108,15 @@ def launch_cold(start: Callable[[SandboxJob], Sandbox], run_id: str, rpc_dir: Pa
     return Launched(job, listener, sandbox)
 
 
-def _set_rlimits(limits: tuple[tuple[int, int], ...]) -> None:
-    """Runs in the child between fork and exec (after the uid switch)."""
+def _set_rlimits(limits: tuple[tuple[int, int], ...], host: int) -> None:
+    """Runs in the child between fork and exec of bwrap (after any uid switch, which would
+    clear it): the rlimits, and death with the host from the first instruction of bwrap
+    on (bwrap arms its own only after it has cloned the sandbox)."""
     for which, value in limits:
         resource.setrlimit(which, (value, value))
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != host:  # the host died before the signal was armed
+        os._exit(1)
 
 
 @contextlib.contextmanager
@@ -244,10 +249,11 @@ class ProcessRunner:
                 raise SandboxUnavailable(f"cannot start bwrap ({tool.path}): {exc}") from None
             finally:
                 os.close(info_w)
-            pidfd = init_pidfd(info_r, proc.pid, _SETUP_TIMEOUT)
+            init = init_pidfd(info_r, proc.pid, _SETUP_TIMEOUT)
         sandbox = ChildSandbox(proc, workdir, log_path, tail_bytes=profile.log_tail_bytes,
-                               init_pidfd=pidfd)
-        if pidfd is None and sandbox.wait(0) is not None and "bwrap:" in sandbox.output():
+                               init_pidfd=init[1] if init else None)
+        armed = init is not None and wait_until_armed(init[0], proc, _SETUP_TIMEOUT)
+        if not armed and sandbox.wait(0) is not None and "bwrap:" in sandbox.output():
             output = sandbox.output()
             sandbox.cleanup()
             raise SandboxUnavailable(f"bwrap could not set up the sandbox: {output.strip()}")
@@ -260,13 +266,13 @@ def _entry(profile: ProcessProfile, rpc_dir: Path) -> tuple[str, Callable[[], No
         mount_point = str(rpc_mount_point())
         return mount_point, partial(_enter_as_root, os.fsencode(rpc_dir),
                                     os.fsencode(mount_point), profile.host_uid,
-                                    profile.host_gid, profile.rlimits())
+                                    profile.host_gid, profile.rlimits(), os.getpid())
     # An unprivileged host: bwrap runs as the host's own uid, which reaches the directory.
-    return str(rpc_dir), partial(_set_rlimits, profile.rlimits())
+    return str(rpc_dir), partial(_set_rlimits, profile.rlimits(), os.getpid())
 
 
 def _enter_as_root(rpc_dir: bytes, mount_point: bytes, uid: int, gid: int,
-                   rlimits: tuple[tuple[int, int], ...]) -> None:
+                   rlimits: tuple[tuple[int, int], ...], host: int) -> None:
     """Runs in the child of a root host, between fork and exec of bwrap.
 
     In a mount namespace of its own (private: nothing propagates to the host) the RPC
@@ -283,7 +289,7 @@ def _enter_as_root(rpc_dir: bytes, mount_point: bytes, uid: int, gid: int,
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)
-    _set_rlimits(rlimits)
+    _set_rlimits(rlimits, host)
 
 
 def _preflight_problem(code: int | None, output: str) -> str:

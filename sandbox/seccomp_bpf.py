@@ -12,7 +12,8 @@ self-pipe is an AF_UNIX socketpair).
 The program: a syscall of a foreign architecture (i386 via int 0x80, x32)
 kills the process or fails; a denied syscall fails with its errno; ``clone``
 with a namespace flag fails; ``socket``/``socketpair`` of another family fails
-with EAFNOSUPPORT; everything else is allowed.
+with EAFNOSUPPORT; ``prctl(PR_SET_PDEATHSIG)`` fails (the sandbox cannot stop
+dying with its host); everything else is allowed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ from sandbox.syscalls import AUDIT_ARCH, SYSCALLS, X32_SYSCALL_BIT
 # Every CLONE_NEW* flag clone(2) accepts: a sandbox makes no namespaces of its own.
 CLONE_NAMESPACE_FLAGS = (0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000
                          | 0x20000000 | 0x40000000)
+# prctl(PR_SET_PDEATHSIG): bwrap sets it so that the sandbox (its init included) dies
+# with its host; nothing inside may clear it, even by writing into init's memory.
+PR_SET_PDEATHSIG = 1
 # Names the Docker profile lists that no supported architecture has (old ABIs).
 ABSENT_EVERYWHERE = frozenset({"umount"})
 
@@ -57,6 +61,7 @@ class SeccompPolicy(BaseModel):
     enosys: tuple[str, ...] = ("clone3",)  # ENOSYS: libc falls back to the filtered clone
     clone_denied_flags: int = CLONE_NAMESPACE_FLAGS
     socket_families: tuple[int, ...] = (socket.AF_UNIX,)  # any other: EAFNOSUPPORT
+    prctl_denied: tuple[int, ...] = (PR_SET_PDEATHSIG,)  # these prctl options: EPERM
     default_action: Literal["allow"] = "allow"
     foreign_arch_action: Literal["kill"] = "kill"
 
@@ -142,6 +147,12 @@ def compile_bpf(policy: SeccompPolicy, arch: str | None = None) -> bytes:
     for name in ("socket", "socketpair"):
         p.op(_JEQ, table[name], "socket", 0)
     p.op(_JEQ, table["clone"], "clone", 0)
+    p.op(_JEQ, table["prctl"], "prctl", 0)
+    p.op(_RET, RET_ALLOW)
+    p.label("prctl")
+    p.op(_LD_ABS, _ARG0_LOW)
+    for option in policy.prctl_denied:
+        p.op(_JEQ, option, "eperm", 0)
     p.op(_RET, RET_ALLOW)
     p.label("socket")
     p.op(_LD_ABS, _ARG0_LOW)

@@ -1,7 +1,7 @@
 """Syscall numbers of the native 64-bit ABIs the process sandbox's seccomp filter knows.
 
 Only the syscalls the filter names are listed (the deny list of ``seccomp.json``
-plus the ones it inspects: socket, socketpair, clone, clone3). A name missing
+plus the ones it inspects: socket, socketpair, clone, clone3, prctl). A name missing
 from an architecture's table does not exist there (``ioperm`` on aarch64), so
 nothing needs denying. The numbers are the kernel's stable ABI; the test suite
 cross-checks them against libseccomp where it is installed.
@@ -28,6 +28,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "mount": 165, "mount_setattr": 442, "move_mount": 429, "move_pages": 279,
         "name_to_handle_at": 303, "nfsservctl": 180, "open_by_handle_at": 304,
         "open_tree": 428, "perf_event_open": 298, "pidfd_getfd": 438, "pivot_root": 155,
+        "prctl": 157,
         "process_madvise": 440, "process_vm_readv": 310, "process_vm_writev": 311,
         "ptrace": 101, "query_module": 178, "quotactl": 179, "quotactl_fd": 443,
         "reboot": 169, "request_key": 249, "set_mempolicy": 238, "setdomainname": 171,
@@ -47,6 +48,7 @@ SYSCALLS: dict[str, dict[str, int]] = {
         "mount_setattr": 442, "move_mount": 429, "move_pages": 239,
         "name_to_handle_at": 264, "nfsservctl": 42, "open_by_handle_at": 265,
         "open_tree": 428, "perf_event_open": 241, "pidfd_getfd": 438, "pivot_root": 41,
+        "prctl": 167,
         "process_madvise": 440, "process_vm_readv": 270, "process_vm_writev": 271,
         "ptrace": 117, "quotactl": 60, "quotactl_fd": 443, "reboot": 142,
         "request_key": 218, "set_mempolicy": 237, "setdomainname": 162, "sethostname": 161,

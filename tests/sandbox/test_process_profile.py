@@ -173,6 +173,8 @@ def test_the_filter_denies_what_the_policy_denies(arch):
     assert run("clone", 0x01200011) == RET_ALLOW  # what fork() passes
     for flag in (0x00020000, 0x10000000, 0x20000000, 0x40000000):
         assert run("clone", 0x01200011 | flag) == RET_ERRNO | errno.EPERM
+    assert run("prctl", 1, 0) == RET_ERRNO | errno.EPERM  # PR_SET_PDEATHSIG
+    assert run("prctl", 15, 0) == RET_ALLOW  # PR_SET_NAME
     assert _run_bpf(program, 0, audit) == RET_ALLOW  # read / io_setup: untouched
     assert _run_bpf(program, 0, 0x40000003) == RET_KILL_PROCESS  # i386 via int 0x80
     if arch == "x86_64":

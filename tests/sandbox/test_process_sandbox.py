@@ -167,6 +167,9 @@ def test_seccomp_denies_escape_syscalls(run_process_probe):
         if pid == 0:
             os._exit(7)
         out["fork"] = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+        ctypes.set_errno(0)
+        out["pdeathsig"] = [libc.prctl(1, 0, 0, 0, 0), ctypes.get_errno()]
+        out["set_name"] = libc.prctl(15, b"probe", 0, 0, 0)
         status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
         for field in ("NoNewPrivs", "Seccomp", "CapEff", "CapPrm", "CapBnd", "CapAmb"):
             out[field] = status[field].strip()
@@ -177,6 +180,7 @@ def test_seccomp_denies_escape_syscalls(run_process_probe):
     for cap in ("CapEff", "CapPrm", "CapBnd", "CapAmb"):
         assert int(result[cap], 16) == 0, (cap, result[cap])
     assert result["fork"] == 7
+    assert result["pdeathsig"] == [-1, 1] and result["set_name"] == 0
     if os.uname().machine == "x86_64":
         assert result.pop("clone3") == [-1, 38]  # ENOSYS: libc falls back to clone
         for name in ("ptrace", "process_vm_readv", "mount", "keyctl", "bpf",
@@ -411,3 +415,39 @@ def test_a_root_host_runs_bwrap_as_the_sandbox_uid(process_python, rpc_dirs):
     finally:
         launched.sandbox.cleanup()
         launched.listener.close()
+
+
+def test_the_sandbox_dies_with_a_killed_host(process_python, tmp_path):
+    """--die-with-parent: a host killed without any cleanup leaves no sandbox behind."""
+    import signal
+    import subprocess
+    import sys
+
+    token = f"revise-orphan-{os.getpid()}-{time.monotonic_ns()}"
+    host = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from broker.envelope import SandboxLimits
+        from sandbox.runner import ProcessRunner
+        marker = "{token}" + "-sandbox"  # only the sandbox's command line has it whole
+        runner = ProcessRunner(command=({process_python!r}, "-c",
+                                        "# " + marker + "\\nimport time; time.sleep(120)"))
+        launched = runner.launch("orphan", Path({str(tmp_path)!r}) / "rpc", SandboxLimits())
+        print("started", flush=True)
+        time.sleep(120)
+    """)
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", host], cwd=repo, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
+        assert _processes_mentioning(f"{token}-sandbox")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    deadline = time.monotonic() + 10
+    while _processes_mentioning(f"{token}-sandbox") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _processes_mentioning(f"{token}-sandbox") == []
