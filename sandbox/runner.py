@@ -121,7 +121,7 @@ def _set_rlimits(limits: tuple[tuple[int, int], ...], host: int) -> None:
 
 @contextlib.contextmanager
 def _memfd(name: str, data: bytes) -> Iterator[int]:
-    """A sealed-by-convention in-memory file holding ``data``, read from offset 0."""
+    """An in-memory file holding ``data`` at offset 0, for bwrap to copy from."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
         os.write(fd, data)
