@@ -1,7 +1,11 @@
-"""Sandbox benchmarks (issue 3): container start, RPC round trip, whole-job overhead.
+"""Sandbox benchmarks (issue 3): sandbox start, RPC round trip, whole-job overhead.
 
 Run: python bench/sandbox_overhead.py [--jobs N] [--calls N]
-Needs a Docker engine and the sandbox image (`revise sandbox build`).
+     python bench/sandbox_overhead.py --startup [--runs N]
+The first needs a Docker engine and the sandbox image (`revise sandbox build`).
+``--startup`` times a trivial probe (``python3 -I -S -B -c pass``) from
+``launch`` to its exit, and the cleanup after it, for every runner: the weak
+rlimits-only child, the bubblewrap sandbox, a Docker container.
 Prints figures and ratios side by side; nothing is asserted.
 """
 
@@ -10,16 +14,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
 
-from broker.envelope import Envelope
+from broker.envelope import Envelope, SandboxLimits
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.docker_runner import DockerRunner
-from sandbox.runner import ProcessRunner
+from sandbox.runner import ProcessRunner, Runner, WeakProcessRunner
 
 ONE_CALL = ('async def orchestrate(ctx, args):\n'
             '    return await ctx.run("text.generate", {"prompt": args["p"]})\n')
@@ -98,11 +103,65 @@ def bench_in_process(calls: int) -> float:
     return per_call
 
 
+def _startup_runners(python: str) -> dict[str, Runner]:
+    probe = (python, "-I", "-S", "-B", "-c", "pass")
+    runners: dict[str, Runner] = {
+        "weak child": WeakProcessRunner(command=probe),
+        "weak child, host python": WeakProcessRunner(command=(sys.executable, *probe[1:])),
+        "bwrap": ProcessRunner(command=probe),
+    }
+    from sandbox.select import docker_ready
+
+    settings = Settings()
+    if docker_ready(settings):
+        runners["docker"] = DockerRunner(settings, command=("python3", *probe[1:]))
+    return runners
+
+
+def bench_startup(runs: int) -> dict[str, tuple[float, float, float]]:
+    """(p50 start-to-exit, p95 start-to-exit, p50 cleanup) in ms for each runner."""
+    python = ProcessRunner().profile(SandboxLimits()).python  # the sandbox's own Python
+    figures = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, runner in _startup_runners(python).items():
+            started, cleaned = [], []
+            for i in range(runs + 1):  # the first run warms caches (and the preflight)
+                begin = time.perf_counter()
+                launched = runner.launch(f"bench-{i}", Path(tmp) / f"r{len(figures)}-{i}",
+                                         SandboxLimits())
+                code = launched.sandbox.wait(60)
+                exited = time.perf_counter()
+                launched.sandbox.cleanup()
+                launched.listener.close()
+                assert code == 0, launched.sandbox.output()
+                if i:
+                    started.append((exited - begin) * 1000)
+                    cleaned.append((time.perf_counter() - exited) * 1000)
+            figures[name] = (statistics.median(started), _pct(started, .95),
+                             statistics.median(cleaned))
+    return figures
+
+
+def print_startup(runs: int) -> None:
+    figures = bench_startup(runs)
+    base = figures["weak child"][0]
+    print(f"trivial probe, {runs} runs{'':14}{'p50 ms':>10}{'p95 ms':>10}{'cleanup':>10}"
+          f"{'x weak':>8}")
+    for name, (p50, p95, cleanup) in figures.items():
+        print(f"{name:38}{p50:>10.1f}{p95:>10.1f}{cleanup:>10.1f}{p50 / base:>8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--startup", action="store_true",
+                        help="only time sandbox start-to-exit of a trivial probe")
+    parser.add_argument("--runs", type=int, default=30)
     opts = parser.parse_args()
+    if opts.startup:
+        print_startup(opts.runs)
+        return
     process = bench_runner("process", opts.jobs, opts.calls)
     docker = bench_runner("docker", opts.jobs, opts.calls)
     warm = bench_runner("docker-warm", opts.jobs, opts.calls)

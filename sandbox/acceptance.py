@@ -1,291 +1,339 @@
-"""Acceptance checks of the Docker sandbox against the real image.
+"""Acceptance checks of the sandboxes, against the real image and the real bwrap.
 
-    python -m sandbox.acceptance
+    python -m sandbox.acceptance [--runner docker|process|all] [--only NAME] [--pipeline]
 
-Every check runs a script in a real container through the real host RPC and
-broker. The scripts are hostile on purpose and are *not* checked: they reach
-real builtins through frame walking (which the checker would refuse), so each
-check shows that the container holds alone. Prints a pass/fail table; exit 0
-only when every check passes.
+Each isolation check runs a hostile probe program (real Python, not a checked
+script) in a sandbox started by the production runner, exactly as a job would
+be started (``launch``: a fresh RPC directory, the host listening on its
+socket), and judges what the probe could do from the inside and what is left
+on the host afterwards. ``--runner`` picks the Docker sandbox (the default, on
+the pinned image), the bubblewrap process sandbox, or both. Prints a pass/fail
+table; exit 0 only when every check passes.
+
+``--pipeline`` adds the end-to-end checks of the host RPC (nonce forgery,
+unknown sites, occurrence replay, oversized frames, concurrency, artifacts),
+``sandbox.acceptance_pipeline``.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import socket
 import sys
 import tempfile
 import textwrap
+import threading
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.envelope import Envelope, SandboxLimits
-from broker.png import PNG_SIGNATURE
-from broker.settings import SandboxKind, Settings
-from orchestrator.annotate import annotate
-from orchestrator.checker import CheckReport
-from orchestrator.embedded import Services, open_services
-from orchestrator.gate import check_gate, frozen_sites
-from orchestrator.pipeline import Admitted, Prepared, args_json, empty_report
-from orchestrator.source import decode_source
+from broker.envelope import SandboxLimits
+from broker.settings import Settings
+from sandbox.acceptance_pipeline import run_pipeline_checks, run_unchecked, script
+
+__all__ = ["PROBES", "run_isolation_checks", "run_pipeline_checks", "run_unchecked", "script"]
 
 SECRET = "sk-acceptance-secret-0000"
-
-# Real builtins through the runtime's own globals: the checker refuses this (R06),
-# so only a script that got past it would try; the container must hold anyway.
-ESCAPE = '''
-    g = CapabilityError.__init__.__globals__
-    b = g["__builtins__"]
-    real = b if isinstance(b, dict) else b.__dict__
-    imp, open, OSError = real["__import__"], real["open"], real["OSError"]
-    bytearray, type = real["bytearray"], real["type"]
-    os = imp("os")
-    json = imp("json")
-'''
-
-
-def script(body: str) -> str:
-    return ("async def orchestrate(ctx, args):\n" + ESCAPE
-            + textwrap.indent(textwrap.dedent(body), "    "))
-
-
-def run_unchecked(services: Services, run_id: str, text: str, args: Any,
-                  envelope: Envelope) -> dict[str, Any]:
-    """Annotate and gate but skip the checker: the test-only path to hostile scripts."""
-    store = services.store
-    source = decode_source(text)
-    annotated = annotate(source.text)
-    prefix = store.list_slots(run_id)
-    gate = check_gate(frozen_sites(prefix), annotated.sites)
-    store.ensure_run(run_id)
-    revision = store.add_revision(run_id, source.text, source.digest)
-    report = empty_report(run_id) | {"revision": revision, "gate": gate.to_json()}
-    unchecked = CheckReport(valid=False, violations=(), facts={"unchecked": True})
-    prepared = Prepared(source, annotated, gate, unchecked, prefix)
-    admitted = Admitted(run_id, revision, source, args_json(args, envelope), prepared, report)
-    return services.pipeline().execute(admitted, envelope)
+Result = tuple[str, bool, str]
 
 
 @dataclass
-class Check:
+class Outcome:
+    """What one probe did: exit code, its JSON report, the output tail, and the host's view."""
+
+    code: int | None
+    out: dict[str, Any]
+    output: str
+    timed_out: bool
+    received: dict[str, Any] | None  # the message the probe sent over /rpc/rpc.sock
+    leftover: list[int]  # host processes still carrying the probe's token after cleanup
+
+
+@dataclass(frozen=True)
+class Probe:
     name: str
-    body: str
-    passes: Callable[[dict[str, Any], Services], bool]
+    body: str  # Python source that fills the dict ``out``; ``host`` holds host facts
+    passes: Callable[[Outcome], bool]
     limits: dict[str, Any] = field(default_factory=dict)
-    concurrency: int = 4
-    latency: float = 0.0
-    args: dict[str, Any] = field(default_factory=dict)
+    wait: float = 60.0
 
 
-def _result(report: dict[str, Any]) -> Any:
-    return report.get("result") or {}
+_STATUS = "dict(l.split(':', 1) for l in open('/proc/self/status') if ':' in l)"
 
-
-def _error(report: dict[str, Any]) -> str:
-    return (report.get("error") or {}).get("type", "")
-
-
-def _stopped_by_rpc(report: dict[str, Any], services: Services) -> bool:
-    return _error(report) == "RpcViolation" and not _provider_lines(services)
-
-
-def _provider_lines(services: Services) -> list[str]:
-    path = services.settings.provider_log_path
-    return path.read_text().splitlines() if path.exists() else []
-
-
-WHITELISTED = '''
-        if args.get("never"):
-            await ctx.run("text.generate", {"prompt": "whitelisted"})
-        t = ctx._transport
-        site = "orchestrate/if0/#0"'''
-
-CHECKS: list[Check] = [
-    Check("network isolation", '''
-        socket = imp("socket")
+PROBES: list[Probe] = [
+    Probe("network isolation", '''
+        import socket
+        lines = open("/proc/net/dev").readlines()[2:]
+        out["ifaces"] = sorted(line.split(":")[0].strip() for line in lines)
+        for port in (6379, 5432):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                out[str(port)] = "connected"
+            except OSError as exc:
+                out[str(port)] = exc.errno
         try:
-            socket.create_connection(("127.0.0.1", 6379), timeout=1).close()
-            redis = "connected"
-        except OSError as exc:
-            redis = type(exc).__name__
-        return {"ifaces": sorted(os.listdir("/sys/class/net")), "redis": redis}
-        ''', lambda r, s: _result(r).get("ifaces") == ["lo"]
-        and _result(r).get("redis") != "connected"),
-    Check("read-only root", '''
-        errors = []
-        for path in ["/usr/evil", "/opt/revise/runtime.py", "/etc/passwd"]:
+            socket.getaddrinfo("pypi.org", 443)
+            out["dns"] = "resolved"
+        except OSError:
+            out["dns"] = "failed"
+        ''', lambda o: o.out.get("ifaces") == ["lo"] and o.out["dns"] == "failed"
+        and "connected" not in (o.out["6379"], o.out["5432"])),
+    Probe("read-only root", '''
+        for path in ("/usr/evil", "/opt/revise/runtime.py", "/opt/revise/evil", "/etc/passwd",
+                     "/evil", "/dev/evil"):
             try:
                 open(path, "a").close()
-                errors.append("written")
+                out[path] = "written"
             except OSError as exc:
-                errors.append(exc.errno)
-        return errors
-        ''', lambda r, s: r.get("result") is not None and "written" not in r["result"]),
-    Check("non-root", 'return [os.getuid(), os.geteuid(), os.getgid()]',
-          lambda r, s: r.get("result") is not None and 0 not in r["result"]),
-    Check("seccomp denial", '''
-        ctypes = imp("ctypes")
+                out[path] = exc.errno
+        ''', lambda o: bool(o.out) and "written" not in o.out.values()),
+    Probe("RPC directory read-only", '''
+        out["listing"] = sorted(os.listdir("/rpc"))
+        try:
+            open("/rpc/planted", "w").close()
+            out["write"] = "written"
+        except OSError as exc:
+            out["write"] = exc.errno
+        ''', lambda o: o.out.get("listing") == ["rpc.sock"] and o.out["write"] == 30),
+    Probe("RPC socket connectable", '''
+        import socket, struct
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("/rpc/rpc.sock")
+        body = json.dumps({"t": "hello", "uid": os.getuid()}).encode()
+        s.sendall(struct.pack(">I", len(body)) + body)
+        size = struct.unpack(">I", s.recv(4))[0]
+        out["reply"] = json.loads(s.recv(size))
+        ''', lambda o: o.received == {"t": "hello", "uid": o.out.get("reply", {}).get("uid")}
+        and o.out["reply"].get("t") == "ack"),
+    Probe("non-root", '''
+        out["ids"] = [os.getuid(), os.geteuid(), os.getgid(), os.getegid(), *os.getgroups()]
+        ''', lambda o: bool(o.out.get("ids")) and 0 not in o.out["ids"]),
+    Probe("seccomp denial", f'''
+        import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
-        outcomes = {}
-        for name, call in [("unshare", lambda: libc.unshare(0x10000000)),
+        for name, call in (("unshare", lambda: libc.unshare(0x10000000)),
                            ("ptrace", lambda: libc.ptrace(0, 0, 0, 0)),
-                           ("mount", lambda: libc.mount(b"x", b"/tmp", b"tmpfs", 0, 0))]:
-            outcomes[name] = [call(), ctypes.get_errno()]
-        status = open("/proc/self/status").read()
-        outcomes["mode"] = [line for line in status.splitlines() if line.startswith("Seccomp:")]
-        return outcomes
-        ''', lambda r, s: bool(r.get("result")) and all(
-            v[0] == -1 and v[1] == 1 for k, v in r["result"].items() if k != "mode")
-        and r["result"]["mode"] == ["Seccomp:\t2"]),
-    Check("capabilities dropped", '''
-        status = open("/proc/self/status").read().splitlines()
-        return {l.split(":")[0]: l.split()[1] for l in status if l.startswith("Cap")}
-        ''', lambda r, s: bool(r.get("result")) and all(
-            v == "0000000000000000" for k, v in r["result"].items() if k != "CapAmb")),
-    Check("no-new-privileges", '''
-        status = open("/proc/self/status").read().splitlines()
-        return [l for l in status if l.startswith("NoNewPrivs")]
-        ''', lambda r, s: r.get("result") == ["NoNewPrivs:\t1"]),
-    Check("memory limit kill", '''
-        hog = []
-        for i in range(400):
-            hog.append(bytearray(8 * 1024 * 1024))
-        return len(hog)
-        ''', lambda r, s: r["status"] != "succeeded" and _error(r) == "SandboxError",
+                           ("mount", lambda: libc.mount(b"x", b"/tmp", b"tmpfs", 0, 0))):
+            ctypes.set_errno(0)
+            out[name] = [call(), ctypes.get_errno()]
+        out["mode"] = {_STATUS}["Seccomp"].strip()
+        ''', lambda o: o.out.get("mode") == "2" and all(
+            o.out[k] == [-1, 1] for k in ("unshare", "ptrace", "mount"))),
+    Probe("capabilities dropped", f'''
+        out.update({{k: v.strip() for k, v in {_STATUS}.items() if k.startswith("Cap")}})
+        ''', lambda o: len(o.out) == 5 and all(int(v, 16) == 0 for v in o.out.values())),
+    Probe("no-new-privileges", f'out["nnp"] = {_STATUS}["NoNewPrivs"].strip()',
+          lambda o: o.out.get("nnp") == "1"),
+    Probe("memory limit kill", '''
+        hog = [bytearray(8 * 1024 * 1024) for _ in range(50)]
+        print("survived")
+        ''', lambda o: "survived" not in o.output and o.code not in (0, None),
           limits={"memory_mb": 64}),
-    Check("pids limit", '''
-        time = imp("time")
+    Probe("pids limit", '''
+        import time
         made = 0
         try:
-            for i in range(500):
+            for _ in range(500):
                 if os.fork() == 0:
                     time.sleep(3)
                     os._exit(0)
                 made += 1
         except OSError as exc:
-            return {"made": made, "error": exc.errno}
-        return {"made": made}
-        ''', lambda r, s: bool(r.get("result")) and r["result"].get("made", 999) < 32
-        and "error" in r["result"], limits={"pids": 32}),
-    Check("CPU/timeout kill", 'while True:\n    pass\n',
-          lambda r, s: _error(r) == "SandboxTimeout", limits={"timeout_seconds": 3}),
-    Check("output size cap", 'return "x" * 20000',
-          lambda r, s: _error(r) == "OutputTooLarge", limits={"output_bytes": 4096}),
-    Check("RPC nonce forgery rejected", WHITELISTED + '''
-        frame = {"v": 1, "seq": 1, "nonce": "forged", "kind": "call", "site": site,
-                 "path": [], "occurrence": 0, "capability": "text.generate",
-                 "payload": {"prompt": "x"}}
-        t._write("req-00000001.json", json.dumps(frame))
-        imp("time").sleep(5)
-        return "not stopped"
-        ''', _stopped_by_rpc),
-    Check("RPC unknown site rejected", '''
-        run = ctx.run
-        return await run("text.generate", {"prompt": "x"}, _site="forged/#0")
-        ''', _stopped_by_rpc),
-    Check("RPC occurrence replay rejected", WHITELISTED + '''
-        frame = {"kind": "call", "site": site, "path": [], "occurrence": 0,
-                 "capability": "text.generate", "payload": {"prompt": "x"}}
-        await t.call(frame)
-        await t.call(frame)
-        return "replayed"
-        ''', lambda r, s: _error(r) == "RpcViolation" and len(_provider_lines(s)) <= 1),
-    Check("oversized frame rejected", WHITELISTED + '''
-        t._write("req-00000001.json", json.dumps({"nonce": t.nonce, "pad": "x" * 2000000}))
-        imp("time").sleep(5)
-        return "not stopped"
-        ''', _stopped_by_rpc),
-    Check("concurrency limit held", WHITELISTED + '''
-        for i in range(3):
-            frame = {"v": 1, "seq": i + 1, "nonce": t.nonce, "kind": "call", "site": site,
-                     "path": [i], "occurrence": 0, "capability": "text.generate",
-                     "payload": {"prompt": f"x{i}"}}
-            t._write(f"req-{i + 1:08d}.json", json.dumps(frame))
-        imp("time").sleep(5)
-        return "not stopped"
-        ''', lambda r, s: _error(r) == "RpcViolation" and len(_provider_lines(s)) <= 2,
-          concurrency=2, latency=1.0),
-    Check("artifact export", '''
-        image = await ctx.run("image.generate", {"prompt": "acceptance"})
-        return image["artifact"]
-        ''', lambda r, s: bool(r.get("result")) and s.artifacts.get(
-            r["result"]["id"]).startswith(PNG_SIGNATURE)),
-    Check("no credentials or host env", '''
-        seen = dict(os.environ)
-        seen["pid1"] = open("/proc/1/environ", "rb").read().decode("latin-1")
-        return seen
-        ''', lambda r, s: bool(r.get("result")) and SECRET not in str(r["result"])
-        and not any(k.startswith("REVISE_") for k in r["result"])),
-    Check("no host files or other runs' frames", '''
-        found = {}
-        for path in [args["runs_dir"], args["source_dir"], "/var/run/docker.sock"]:
+            out["error"] = exc.errno
+        out["made"] = made
+        ''', lambda o: o.out.get("made", 999) < 32 and o.out.get("error") == 11,
+          limits={"pids": 32}),
+    Probe("CPU/timeout kill", "while True:\n    pass\n",
+          lambda o: o.timed_out and o.code is not None and not o.leftover, wait=3.0),
+    Probe("bounded output tail", "for i in range(50000):\n    print('line', i)\n",
+          lambda o: o.code == 0 and len(o.output.encode()) <= 8192
+          and o.output.endswith("line 49999\n{}\n")),
+    Probe("no credentials or host env", '''
+        out["env"] = dict(os.environ)
+        out["pid1"] = open("/proc/1/environ", "rb").read().decode("latin-1")
+        ''', lambda o: bool(o.out) and SECRET not in o.output
+        and not any(k.startswith("REVISE_") or "KEY" in k for k in o.out["env"])),
+    Probe("no host files", '''
+        for path in (host["home"], host["source"], "/var/run/docker.sock", "/root",
+                     "/etc/shadow"):
             try:
-                found[path] = sorted(os.listdir(path))[:5]
+                out[path] = sorted(os.listdir(path))[:3] if os.path.isdir(path) else \\
+                    open(path, "rb").read(16).decode("latin-1")
             except OSError as exc:
-                found[path] = exc.errno
-        found["pid1"] = open("/proc/1/cmdline", "rb").read().decode("latin-1")
-        return found
-        ''', lambda r, s: bool(r.get("result")) and "runtime.py" in r["result"].pop("pid1")
-        and all(isinstance(v, int) for v in r["result"].values()),
-        args={"source_dir": str(Path(__file__).resolve().parent.parent)}),
+                out[path] = exc.errno
+        ''', lambda o: bool(o.out) and all(isinstance(v, int) for v in o.out.values())),
+    Probe("no host processes", '''
+        out["pids"] = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        for name in ("environ", "mem"):
+            try:
+                open(f"/proc/{host['pid']}/{name}", "rb").read(16)
+                out[name] = "read"
+            except OSError as exc:
+                out[name] = exc.errno
+        ''', lambda o: 0 < len(o.out.get("pids", ())) <= 3
+        and isinstance(o.out["environ"], int) and isinstance(o.out["mem"], int)),
+    Probe("daemon dies with the sandbox", '''
+        import time
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                while True:
+                    time.sleep(0.2)
+            os._exit(0)
+        time.sleep(0.5)
+        out["daemonized"] = True
+        ''', lambda o: o.out.get("daemonized") is True and not o.leftover),
+    Probe("killing the parent is harmless", '''
+        import signal
+        for name, pid in (("parent", os.getppid()), ("host", host["pid"])):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                out[name] = "sent"
+            except OSError as exc:
+                out[name] = exc.errno
+        out["alive"] = True
+        ''', lambda o: o.out.get("alive") is True and o.out["host"] == 3),
 ]
 
 
-def _container_left(run_id: str) -> bool:
-    import docker
-
-    from sandbox.docker_runner import LABEL_RUN
-
-    client = docker.from_env()
-    return bool(client.containers.list(all=True, filters={"label": f"{LABEL_RUN}={run_id}"}))
+def _probe_source(probe: Probe, token: str, host: dict[str, Any]) -> str:
+    prelude = (f"# {token}\nimport json, os, sys\nout = {{}}\n"
+               f"host = json.loads({json.dumps(host)!r})\n")
+    return prelude + textwrap.dedent(probe.body) + "\nprint(json.dumps(out), flush=True)\n"
 
 
-def run_checks(settings: Settings | None = None, *, only: str | None = None
-               ) -> list[tuple[str, bool, str]]:
-    from sandbox.docker_runner import DockerRunner
+def _serve(listener: socket.socket, done: threading.Event, got: list[dict[str, Any]]) -> None:
+    """The host side of the socket check: one framed message in, one framed answer out."""
+    listener.settimeout(0.2)
+    while not done.is_set():
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            conn.settimeout(10)
+            size = int.from_bytes(conn.recv(4), "big")
+            got.append(json.loads(conn.recv(min(size, 65536))))
+            body = json.dumps({"t": "ack", "uid": got[-1].get("uid")}).encode()
+            conn.sendall(len(body).to_bytes(4, "big") + body)
+        return
 
-    base = settings or Settings()
-    results: list[tuple[str, bool, str]] = []
-    os.environ["REVISE_PROVIDER_API_KEY"] = SECRET  # must never reach a container
-    with tempfile.TemporaryDirectory(prefix="revise-acceptance-") as tmp:
-        for index, check in enumerate(CHECKS):
-            if only and only not in check.name:
-                continue
-            home = Path(tmp) / f"check{index}"
-            run_settings = base.model_copy(update={"home": home, "database_url": None,
-                                                   "sandbox": SandboxKind.DOCKER})
-            services = open_services(run_settings, runner=DockerRunner(run_settings),
-                                     latency=check.latency)
-            envelope = Envelope(concurrency=check.concurrency,
-                                sandbox=SandboxLimits(**{"timeout_seconds": 30.0,
-                                                         **check.limits}))
-            run_id = f"acceptance-{index}"
+
+def _mentioning(token: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
             try:
-                report = run_unchecked(services, run_id, script(check.body),
-                                       {**check.args, "runs_dir": str(Path(tmp).resolve())},
-                                       envelope)
-                ok = bool(check.passes(report, services))
-                detail = (report.get("error") or {}).get("message", "")[:70] or str(
-                    report.get("result"))[:70]
+                if token.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def run_probe(runner_for: Callable[[tuple[str, ...]], Any], python: str, probe: Probe,
+              workdir: Path, host: dict[str, Any]) -> Outcome:
+    token = f"revise-acceptance-{uuid.uuid4().hex}"
+    command = (python, "-I", "-S", "-B", "-c", _probe_source(probe, token, host))
+    runner = runner_for(command)
+    limits = SandboxLimits(**{"timeout_seconds": 30.0, **probe.limits})
+    launched = runner.launch(f"acceptance-{token[-8:]}", workdir / token, limits)
+    done, got = threading.Event(), list[dict[str, Any]]()
+    server = threading.Thread(target=_serve, args=(launched.listener, done, got), daemon=True)
+    server.start()
+    try:
+        code = launched.sandbox.wait(probe.wait)
+        timed_out = code is None
+        if timed_out:
+            launched.sandbox.kill()
+            code = launched.sandbox.wait(10)
+        output = launched.sandbox.output()
+    finally:
+        done.set()
+        server.join(5)
+        launched.sandbox.cleanup()
+        launched.listener.close()
+    try:
+        out = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        out = {}
+    return Outcome(code, out if isinstance(out, dict) else {}, output, timed_out,
+                   got[0] if got else None, _mentioning(token))
+
+
+def _runner_factory(kind: str, settings: Settings) -> tuple[Callable[..., Any], str]:
+    if kind == "docker":
+        from sandbox.docker_runner import DockerRunner
+
+        return (lambda command: DockerRunner(settings, command=command)), "python3"
+    from sandbox.runner import ProcessRunner
+
+    python = ProcessRunner().profile(SandboxLimits()).python  # preflight: fails closed
+    return (lambda command: ProcessRunner(command=command)), python
+
+
+def run_isolation_checks(kind: str, settings: Settings | None = None, *,
+                         only: str | None = None) -> list[Result]:
+    settings = settings or Settings()
+    runner_for, python = _runner_factory(kind, settings)
+    results: list[Result] = []
+    os.environ["REVISE_PROVIDER_API_KEY"] = SECRET  # must never reach a sandbox
+    with tempfile.TemporaryDirectory(prefix="revise-acceptance-") as tmp:
+        host = {"pid": os.getpid(), "home": tmp,
+                "source": str(Path(__file__).resolve().parent.parent)}
+        for probe in PROBES:
+            if only and only not in probe.name:
+                continue
+            try:
+                outcome = run_probe(runner_for, python, probe, Path(tmp), host)
+                ok = bool(probe.passes(outcome))
+                detail = json.dumps(outcome.out)[:70] if outcome.out else outcome.output[-70:]
             except Exception as exc:  # a check that crashes is a failed check
                 ok, detail = False, f"{type(exc).__name__}: {exc}"[:70]
-            finally:
-                services.close()
-            results.append((check.name, ok, detail))
-        if not only or "removed" in only:
-            results.append(("container removed after kill",
-                            not any(_container_left(f"acceptance-{i}")
-                                    for i in range(len(CHECKS))), "no labelled container left"))
+            results.append((f"{kind}: {probe.name}", ok, detail.replace("\n", " ")))
+    if kind == "docker" and (not only or "removed" in only):
+        results.append(("docker: container removed after kill", not _containers_left(),
+                        "no labelled container of this process left"))
     return results
 
 
-def main() -> int:
+def _containers_left() -> bool:
+    import docker
+
+    from sandbox.docker_runner import LABEL_OWNER, _owner
+
+    client = docker.from_env()
+    return bool(client.containers.list(all=True,
+                                       filters={"label": f"{LABEL_OWNER}={_owner()}"}))
+
+
+def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    results = run_checks()
-    table = Table("check", "result", "detail")
+    parser = argparse.ArgumentParser(prog="python -m sandbox.acceptance",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runner", choices=("docker", "process", "all"), default="docker")
+    parser.add_argument("--only", help="run the checks whose name contains this")
+    parser.add_argument("--pipeline", action="store_true",
+                        help="also the end-to-end RPC checks through the pipeline")
+    args = parser.parse_args(argv)
+    kinds = ("docker", "process") if args.runner == "all" else (args.runner,)
+    started = time.monotonic()
+    results: list[Result] = []
+    for kind in kinds:
+        try:
+            results += run_isolation_checks(kind, only=args.only)
+        except Exception as exc:  # the runner itself cannot start: every check fails
+            results.append((f"{kind}: runner available", False, f"{exc}"[:200]))
+        if args.pipeline:
+            results += run_pipeline_checks(kind)
+    table = Table("check", "result", "detail", title=f"{time.monotonic() - started:.1f}s")
     for name, ok, detail in results:
         table.add_row(name, "[green]pass[/]" if ok else "[red]FAIL[/]", detail)
     Console().print(table)

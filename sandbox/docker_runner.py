@@ -1,5 +1,10 @@
 """The hardened Docker runner: one throwaway container per sandbox job.
 
+The container sees the job's RPC directory read-only at ``/rpc`` (it holds
+only the host's listening socket) and runs the image's runtime
+(``sandbox.job.runtime_command``), which connects and receives its job over
+the socket; nothing else of the host is mounted.
+
 The policy lives in ``sandbox.profile``; this module only enforces it. Before
 every start the pinned image id is verified (``verify_image``) and the
 container is created from that id, not from the tag, so a retag between the
@@ -30,8 +35,9 @@ from broker.envelope import SandboxLimits
 from broker.errors import SandboxError, SandboxUnavailable
 from broker.settings import Settings
 from sandbox.image import verify_image
-from sandbox.profile import LABEL_OWNER, LABEL_RUN, LABEL_SANDBOX, SANDBOX_UID, SandboxProfile
-from sandbox.runner import SandboxJob
+from sandbox.job import SandboxJob
+from sandbox.profile import LABEL_OWNER, LABEL_RUN, LABEL_SANDBOX, SandboxProfile
+from sandbox.runner import Launched, launch_cold
 from sandbox.warm_pool import WarmPool
 
 log = logging.getLogger("revise.sandbox.docker")
@@ -195,20 +201,6 @@ class DockerSandbox:
         return self._read_tail()
 
 
-def _prepare_dirs(job: SandboxJob) -> None:
-    """Make the job dir readable and the RPC dir writable for the sandbox uid."""
-    job_dir, rpc_dir = Path(job.job_dir), Path(job.rpc_dir)
-    job_dir.chmod(job_dir.stat().st_mode | 0o555)
-    for path in job_dir.rglob("*"):
-        path.chmod(path.stat().st_mode | (0o555 if path.is_dir() else 0o444))
-    if os.geteuid() == 0:
-        # Only root (the host) and the sandbox uid may touch the RPC directory.
-        os.chown(rpc_dir, SANDBOX_UID, SANDBOX_UID)
-        rpc_dir.chmod(0o700)
-    else:
-        rpc_dir.chmod(0o777)  # an unprivileged host cannot chown to the sandbox uid
-
-
 def _container_name(run_id: str) -> str:
     safe = re.sub(r"[^a-zA-Z0-9_.-]", "-", run_id)[:48] or "run"
     return f"revise-{safe}-{secrets.token_hex(4)}"
@@ -220,21 +212,20 @@ class DockerRunner:
     kind = "docker"
     isolation = ("docker sandbox: no network, read-only root, uid 10001, all capabilities "
                  "dropped, no-new-privileges, Revise seccomp profile, memory/cpu/pids limits")
+    warnings: tuple[str, ...] = ()
 
     def __init__(self, settings: Settings, *, client: Any = None,
-                 command: Sequence[str] | None = None, warm: int = 0) -> None:
+                 command: Sequence[str] | None = None, warm: int = 0,
+                 warm_limits: SandboxLimits | None = None) -> None:
         """``command`` replaces the runtime command; tests use it to probe the profile.
-        ``warm`` pre-starts that many containers (see ``sandbox.warm_pool``)."""
+        ``warm`` pre-starts that many containers for jobs with ``warm_limits`` (default
+        limits; see ``sandbox.warm_pool``)."""
         self.settings = settings
         self._client = client
         self._command = tuple(command) if command is not None else None
         self._pool: WarmPool | None = None
         if warm > 0:
-            self._pool = WarmPool(self._cold_start, warm)
-
-    def claim(self, limits: SandboxLimits) -> SandboxJob | None:
-        """The directories of a pre-started sandbox for a job with ``limits``, if any."""
-        return self._pool.claim(limits) if self._pool is not None else None
+            self._pool = WarmPool(self._launch_cold, warm, warm_limits)
 
     def close(self) -> None:
         if self._pool is not None:
@@ -259,18 +250,21 @@ class DockerRunner:
             profile = profile.model_copy(update={"command": self._command})
         return profile
 
-    def start(self, job: SandboxJob) -> DockerSandbox:
+    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        """A warm container for these limits if one is ready, else a cold one."""
         if self._pool is not None:
-            warm = self._pool.go(job)
+            warm = self._pool.claim(run_id, limits)
             if warm is not None:
                 return warm
-        return self._cold_start(job)
+        return self._launch_cold(run_id, rpc_dir, limits)
 
-    def _cold_start(self, job: SandboxJob) -> DockerSandbox:
+    def _launch_cold(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        return launch_cold(self._start, run_id, rpc_dir, limits)
+
+    def _start(self, job: SandboxJob) -> DockerSandbox:
         from docker.errors import DockerException
 
         image_id = verify_image(self.client, self.settings)
-        _prepare_dirs(job)
         profile = self.profile(job, image_id)
         kwargs = profile.to_container_kwargs(job, owner=_owner())
         try:

@@ -7,7 +7,8 @@ by default, the offline base that ``sandbox/image/build_base.sh`` makes with
 debootstrap from the host's own apt mirror.
 
 ``ensure_image`` is idempotent: an image whose ``revise.runtime-sha256`` label
-matches the current Dockerfile + runtime.py (and whose base is the wanted one)
+matches the current Dockerfile + runtime files (``sandbox.job.RUNTIME_FILES``:
+runtime.py and language.py; and whose base is the wanted one)
 is reused without a build. Its id is pinned in ``settings.sandbox_pin``
 and ``verify_image`` refuses to run anything else.
 
@@ -35,6 +36,7 @@ from typing import Any
 
 from broker.errors import SandboxError, SandboxUnavailable
 from broker.settings import Settings
+from sandbox.job import RUNTIME_FILES
 
 Progress = Callable[[str], None]
 
@@ -60,10 +62,15 @@ class ImageInfo:
     built: bool = False
 
 
+def runtime_files() -> tuple[Path, ...]:
+    """The files the image carries in /opt/revise (runtime.py and what it imports)."""
+    return tuple(RUNTIME.with_name(name) for name in RUNTIME_FILES)
+
+
 def runtime_sha256() -> str:
-    """The content hash the image is labelled with: Dockerfile + runtime.py."""
+    """The content hash the image is labelled with: Dockerfile + the runtime files."""
     digest = hashlib.sha256()
-    for path in (DOCKERFILE, RUNTIME):
+    for path in (DOCKERFILE, *runtime_files()):
         data = path.read_bytes()
         digest.update(f"{path.name}\0{len(data)}\0".encode())
         digest.update(data)
@@ -160,9 +167,10 @@ def _emit_build_chunk(chunk: dict[str, Any], progress: Progress) -> None:
 
 def _build(client: Any, tag: str, base: str, digest: str, progress: Progress) -> str:
     with tempfile.TemporaryDirectory(prefix="revise-image-") as context:
-        # Exactly two files in the context: nothing else can end up in the image.
+        # Exactly these files in the context: nothing else can end up in the image.
         shutil.copyfile(DOCKERFILE, Path(context) / "Dockerfile")
-        shutil.copyfile(RUNTIME, Path(context) / "runtime.py")
+        for path in runtime_files():
+            shutil.copyfile(path, Path(context) / path.name)
         stream = client.api.build(
             path=context, tag=tag, buildargs={"BASE_IMAGE": base}, pull=False, rm=True,
             forcerm=True, decode=True, labels={LABEL_SHA: digest, LABEL_BASE: base})
@@ -263,7 +271,8 @@ def verify_image(client: Any, settings: Settings) -> str:
             f"{pin_path(settings)}; refusing an image that was not built by Revise; {_FIX}")
     if (image.labels or {}).get(LABEL_SHA) != runtime_sha256():
         raise SandboxUnavailable(
-            f"the sandbox image {tag} was built from another runtime.py or Dockerfile; {_FIX}")
+            f"the sandbox image {tag} was built from another runtime, language table or "
+            f"Dockerfile; {_FIX}")
     return str(image.id)
 
 

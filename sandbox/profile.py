@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from broker.envelope import SandboxLimits
+from sandbox.job import SANDBOX_RPC_DIR, runtime_command
 
 if TYPE_CHECKING:
-    from sandbox.runner import SandboxJob
+    from sandbox.job import SandboxJob
 
 SECCOMP_PATH = Path(__file__).with_name("seccomp.json")
 SANDBOX_UID = 10001
-JOB_MOUNT = "/job"
-RPC_MOUNT = "/rpc"
-RUNTIME_COMMAND = ("python3", "-I", "-S", "-B", "/opt/revise/runtime.py", JOB_MOUNT, RPC_MOUNT)
+RPC_MOUNT = SANDBOX_RPC_DIR
+RUNTIME_COMMAND = tuple(runtime_command())
 # Labels that mark our containers, so stale ones can be found and removed.
 LABEL_SANDBOX = "revise.sandbox"
 LABEL_RUN = "revise.run"
@@ -76,8 +76,8 @@ class SandboxProfile(BaseModel):
 
     @property
     def fsize(self) -> int:
-        # The largest file anything in the sandbox legitimately writes is a frame or
-        # the result; /rpc is a host bind mount, so this also bounds host disk use.
+        # Nothing the sandbox writes reaches the host's disk (/rpc is read-only); this
+        # bounds one file in the tmpfs below its size cap.
         return 4 * max(self.limits.output_bytes, self.limits.args_bytes)
 
     def tmpfs(self) -> dict[str, str]:
@@ -114,11 +114,11 @@ class SandboxProfile(BaseModel):
                 Ulimit(name="core", soft=0, hard=0),
             ],
             "tmpfs": self.tmpfs(),
+            # Only the RPC directory, read-only: it holds the host's listening socket,
+            # which a read-only mount still lets the sandbox connect to.
             "mounts": [
-                Mount(target=JOB_MOUNT, source=str(Path(job.job_dir).resolve()), type="bind",
-                      read_only=True),
                 Mount(target=RPC_MOUNT, source=str(Path(job.rpc_dir).resolve()), type="bind",
-                      read_only=False),
+                      read_only=True),
             ],
             "environment": dict(self.environment),
             "working_dir": self.working_dir,

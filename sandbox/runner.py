@@ -1,9 +1,25 @@
-"""Sandbox runners: where the script runs. Docker is the hardened one; the
-process runner is the fallback (weaker isolation, and says so)."""
+"""Sandbox runners: where the script runs, and the contract every runner keeps.
+
+For each revision the host makes a fresh RPC directory and listens on the one
+socket in it (``sandbox.job.open_rpc_dir``); a runner starts a sandbox that
+sees that directory read-only at ``/rpc`` and the runtime files read-only in
+``/opt/revise``, running ``sandbox.job.runtime_command()``. ``launch`` hands
+back the job, the listener and the started sandbox; a runner with a warm pool
+may hand back a pre-started sandbox (its own directory and listener) instead.
+The host accepts one connection, serves, then calls ``sandbox.cleanup()``,
+closes the listener and removes the directory.
+
+Docker (``sandbox.docker_runner``) is the hardened runner. ``ProcessRunner``
+here is the bubblewrap sandbox (policy in ``sandbox.process_profile``), weaker
+than Docker and saying so in ``warnings``. ``WeakProcessRunner`` is the old
+rlimits-only child, used only when an operator names it.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import json
 import os
 import resource
 import signal
@@ -11,44 +27,296 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 from broker.envelope import SandboxLimits
-from sandbox.job import SandboxJob, open_rpc_dir
+from broker.errors import SandboxUnavailable
+from sandbox.bwrap import (
+    BwrapTool,
+    bwrap_tool,
+    drops_privileges,
+    find_python,
+    private_dir,
+    python_binds,
+    rpc_mount_point,
+    tool_mount_point,
+)
+from sandbox.child import ChildSandbox, init_pidfd, wait_until_armed
+from sandbox.job import (
+    RUNTIME_FILES,
+    SANDBOX_DIR,
+    SandboxJob,
+    open_rpc_dir,
+    remove_rpc_dir,
+)
+from sandbox.process_profile import BwrapFds, ProcessProfile, ProcessSettings, host_root_layout
+from sandbox.seccomp_bpf import compile_bpf
 
-RUNTIME_PATH = Path(__file__).with_name("runtime.py")
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWNS = 0x00020000
+_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _PR_SET_PDEATHSIG = 1
+# Loaded here, not between fork and exec, where dlopen could meet a lock held at fork.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_SETUP_TIMEOUT = 30.0
+# Printed by the preflight probe inside a fresh sandbox: what check() verifies.
+_PREFLIGHT = ("import json, os, sys\n"
+              "status = dict(l.split(':', 1) for l in open('/proc/self/status') if ':' in l)\n"
+              "print(json.dumps({'version': list(sys.version_info[:2]), 'uid': os.getuid(),"
+              " 'seccomp': status['Seccomp'].strip(), 'nnp': status['NoNewPrivs'].strip()}))\n")
 
 
 class Sandbox(Protocol):
+    """One started sandbox."""
+
     def wait(self, timeout: float) -> int | None: ...
     def kill(self) -> None: ...
-    def cleanup(self) -> None: ...
-    def output(self) -> str: ...
+    def cleanup(self) -> None: ...  # idempotent; kills and releases everything
+    def output(self) -> str: ...  # bounded tail of stdout+stderr
 
 
 @dataclass
 class Launched:
-    job: SandboxJob
-    listener: socket.socket
+    job: SandboxJob  # its rpc_dir may be a warm sandbox's own directory
+    listener: socket.socket  # the listening socket the host serves on
     sandbox: Sandbox
 
 
 class Runner(Protocol):
-    kind: str
-    isolation: str
+    kind: str  # "docker" | "process"
+    isolation: str  # one sentence: what isolates the script
+    warnings: tuple[str, ...]  # non-empty for weaker-than-Docker isolation; in the run JSON
 
-    def start(self, job: SandboxJob) -> Sandbox: ...
+    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched: ...
+    def close(self) -> None: ...  # stops warm pools
+
+
+def launch_cold(start: Callable[[SandboxJob], Sandbox], run_id: str, rpc_dir: Path,
+                limits: SandboxLimits) -> Launched:
+    """Listen on a fresh RPC directory, then start a sandbox for it with ``start``."""
+    listener = open_rpc_dir(rpc_dir)
+    job = SandboxJob(run_id, rpc_dir, limits)
+    try:
+        sandbox = start(job)
+    except BaseException:
+        listener.close()
+        remove_rpc_dir(rpc_dir)
+        raise
+    return Launched(job, listener, sandbox)
+
+
+def _set_rlimits(limits: tuple[tuple[int, int], ...], host: int) -> None:
+    """Runs in the child between fork and exec of bwrap (after any uid switch, which would
+    clear it): the rlimits, and death with the host from the first instruction of bwrap
+    on (bwrap arms its own only after it has cloned the sandbox)."""
+    for which, value in limits:
+        resource.setrlimit(which, (value, value))
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != host:  # the host died before the signal was armed
+        os._exit(1)
+
+
+@contextlib.contextmanager
+def _memfd(name: str, data: bytes) -> Iterator[int]:
+    """An in-memory file holding ``data`` at offset 0, for bwrap to copy from."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        os.lseek(fd, 0, os.SEEK_SET)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+class ProcessRunner:
+    """Each job in a fresh bubblewrap sandbox (see ``sandbox.process_profile``)."""
+
+    kind = "process"
+    isolation = ("process sandbox (bubblewrap): unprivileged uid, own user/pid/net/mount/ipc/"
+                 "uts namespaces, read-only root, seccomp filter, no new privileges, rlimits "
+                 "including a pids limit")
+    warnings: tuple[str, ...] = (
+        "the process sandbox (bubblewrap) is weaker than the Docker sandbox: memory is capped "
+        "per process (RLIMIT_AS), not per sandbox; there is no CPU quota, only a CPU-time "
+        "limit; the host's /usr is visible read-only",)
+
+    def __init__(self, *, settings: ProcessSettings | None = None,
+                 command: Sequence[str] | None = None, warm: int = 0,
+                 warm_limits: SandboxLimits | None = None) -> None:
+        """``command`` replaces the runtime command (tests run probes with it); ``warm``
+        pre-starts that many sandboxes for jobs with ``warm_limits`` (default limits)."""
+        self.settings = settings or ProcessSettings()
+        self._command = tuple(command) if command is not None else None
+        self._lock = threading.Lock()
+        self._ready: tuple[BwrapTool, ProcessProfile] | None = None
+        self._pool = None
+        if warm > 0:
+            from sandbox.warm_pool import WarmPool
+
+            self._pool = WarmPool(self._launch_cold, warm, warm_limits)
+
+    def check(self) -> None:
+        """Prove, once, that the sandbox can be set up here; else SandboxUnavailable."""
+        self._prepared()
+
+    def profile(self, limits: SandboxLimits) -> ProcessProfile:
+        return self._prepared()[1].model_copy(update={"limits": limits})
+
+    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        if self._pool is not None:
+            warm = self._pool.claim(run_id, limits)
+            if warm is not None:
+                return warm
+        return self._launch_cold(run_id, rpc_dir, limits)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def _launch_cold(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        self._prepared()
+        return launch_cold(self._start, run_id, rpc_dir, limits)
+
+    def _prepared(self) -> tuple[BwrapTool, ProcessProfile]:
+        with self._lock:
+            if self._ready is None:
+                tool, profile = self._base()
+                self._preflight(tool, profile)
+                self._ready = (tool, profile.model_copy(update={"command": self._command}))
+            return self._ready
+
+    def _base(self) -> tuple[BwrapTool, ProcessProfile]:
+        tool = bwrap_tool(self.settings.bwrap)
+        python = find_python(self.settings.python)
+        links, dirs = host_root_layout()
+        binds = python_binds(python, ("/usr", *dirs))
+        prlimit = next((p for p in ("/usr/bin/prlimit", "/bin/prlimit")
+                        if Path(p).is_file()), None)
+        ceiling = self.settings.nproc_ceiling if drops_privileges() else None
+        return tool, ProcessProfile(
+            python=python, host_uid=self.settings.uid, host_gid=self.settings.gid, ro_binds=binds,
+            root_links=links, nproc_ceiling=ceiling, prlimit=prlimit)
+
+    def _preflight(self, tool: BwrapTool, profile: ProcessProfile) -> None:
+        probe = profile.model_copy(update={
+            "command": (profile.python, "-I", "-S", "-B", "-c", _PREFLIGHT)})
+        # Under the short private_dir: a socket path must stay within 107 bytes.
+        with tempfile.TemporaryDirectory(prefix="pf-", dir=private_dir()) as tmp:
+            rpc_dir = Path(tmp) / "rpc"
+            launched = launch_cold(partial(self._spawn, tool, probe), "preflight", rpc_dir,
+                                   SandboxLimits())
+            try:
+                code = launched.sandbox.wait(_SETUP_TIMEOUT)
+                output = launched.sandbox.output()
+            finally:
+                launched.sandbox.cleanup()
+                launched.listener.close()
+        problem = _preflight_problem(code, output)
+        if problem:
+            raise SandboxUnavailable(
+                f"the process sandbox cannot be set up ({tool.origin} bwrap {tool.path}, "
+                f"Python {profile.python}, uid {profile.uid}): {problem}; output: "
+                f"{output.strip()[-600:]!r}. Fix the host, use Docker (REVISE_SANDBOX=docker), "
+                "or accept the weak mode explicitly (REVISE_SANDBOX=process with "
+                "REVISE_PROCESS_ISOLATION=weak)")
+
+    def _start(self, job: SandboxJob) -> ChildSandbox:
+        tool, profile = self._prepared()
+        return self._spawn(tool, profile.model_copy(update={"limits": job.limits}), job)
+
+    def _spawn(self, tool: BwrapTool, profile: ProcessProfile, job: SandboxJob) -> ChildSandbox:
+        workdir = tempfile.TemporaryDirectory(prefix="revise-proc-")
+        log_path = Path(workdir.name) / "output.log"
+        rpc_source, enter = _entry(tool, profile, job.rpc_dir)
+        with contextlib.ExitStack() as stack:
+            files = tuple((name, stack.enter_context(
+                _memfd(name, (SANDBOX_DIR / name).read_bytes()))) for name in RUNTIME_FILES)
+            seccomp = stack.enter_context(_memfd("seccomp", compile_bpf(profile.seccomp)))
+            info_r, info_w = os.pipe()
+            stack.callback(os.close, info_r)
+            fds = BwrapFds(files, seccomp, info_w)
+            try:
+                with open(log_path, "wb") as log:
+                    proc = subprocess.Popen(
+                        profile.command_line(tool.path, rpc_source, fds), env={}, cwd="/",
+                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                        close_fds=True, pass_fds=fds.all(), start_new_session=True,
+                        preexec_fn=enter)
+            except (OSError, subprocess.SubprocessError) as exc:
+                workdir.cleanup()
+                raise SandboxUnavailable(f"cannot start bwrap ({tool.path}): {exc}") from None
+            finally:
+                os.close(info_w)
+            init = init_pidfd(info_r, proc.pid, _SETUP_TIMEOUT)
+        sandbox = ChildSandbox(proc, workdir, log_path, tail_bytes=profile.log_tail_bytes,
+                               init_pidfd=init[1] if init else None)
+        armed = init is not None and wait_until_armed(init[0], proc, _SETUP_TIMEOUT)
+        if not armed and sandbox.wait(0) is not None and "bwrap:" in sandbox.output():
+            output = sandbox.output()
+            sandbox.cleanup()
+            raise SandboxUnavailable(f"bwrap could not set up the sandbox: {output.strip()}")
+        return sandbox
+
+
+def _entry(tool: BwrapTool, profile: ProcessProfile, rpc_dir: Path
+           ) -> tuple[str, Callable[[], None]]:
+    """Where bwrap finds the RPC directory, and what the child runs before exec'ing it."""
+    if drops_privileges():
+        binds = [(rpc_dir, rpc_mount_point())]
+        if tool.bind is not None:
+            binds.append((Path(tool.bind), tool_mount_point()))
+        encoded = tuple((os.fsencode(source), os.fsencode(target)) for source, target in binds)
+        return str(rpc_mount_point()), partial(_enter_as_root, encoded, profile.host_uid,
+                                               profile.host_gid, profile.rlimits(), os.getpid())
+    # An unprivileged host: bwrap runs as the host's own uid, which reaches the directory.
+    return str(rpc_dir), partial(_set_rlimits, profile.rlimits(), os.getpid())
+
+
+def _enter_as_root(binds: tuple[tuple[bytes, bytes], ...], uid: int, gid: int,
+                   rlimits: tuple[tuple[int, int], ...], host: int) -> None:
+    """Runs in the child of a root host, between fork and exec of bwrap.
+
+    In a mount namespace of its own (private: nothing propagates to the host) the RPC
+    directory and bwrap's directory are bound on mount points the sandbox uid can reach,
+    wherever the host keeps them; then the child becomes the unprivileged sandbox uid
+    (so the sandbox is no root outside, and RLIMIT_NPROC binds it), and takes the
+    rlimits.
+    """
+    if (_LIBC.unshare(_CLONE_NEWNS) != 0
+            or _LIBC.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
+            or any(_LIBC.mount(source, target, None, _MS_BIND, None) != 0
+                   for source, target in binds)):
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot bind the sandbox's directories: {os.strerror(err)}")
+    os.setgroups([])
+    os.setgid(gid)
+    os.setuid(uid)
+    _set_rlimits(rlimits, host)
+
+
+def _preflight_problem(code: int | None, output: str) -> str:
+    if code is None:
+        return "the probe did not finish in time"
+    try:
+        seen = json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return f"the probe exited with {code} and printed no report"
+    if tuple(seen["version"]) < (3, 11):
+        return f"the sandbox's Python is {seen['version']}, the runtime needs >= 3.11"
+    if seen["uid"] == 0 or seen["seccomp"] != "2" or seen["nnp"] != "1":
+        return f"isolation incomplete: {seen}"
+    return ""
 
 
 def _limit_child(limits: SandboxLimits) -> None:
-    """Runs in the child between fork and exec: rlimits, own session, no network."""
+    """The weak mode's child setup: rlimits, own session, no network where allowed."""
     os.setsid()
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the script dies with its host
+    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the script dies with its host
     memory = limits.memory_mb * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
     cpu = int(limits.timeout_seconds) + 1
@@ -56,14 +324,53 @@ def _limit_child(limits: SandboxLimits) -> None:
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.output_bytes * 4, limits.output_bytes * 4))
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    libc.unshare(_CLONE_NEWNET)  # a private network namespace where the kernel allows it
+    _LIBC.unshare(_CLONE_NEWNET)  # a private network namespace where the kernel allows it
+
+
+class WeakProcessRunner:
+    """The old rlimits-only child process: only when an operator names it explicitly."""
+
+    kind = "process"
+    isolation = ("weak process mode: a child Python with rlimits, a scrubbed environment and, "
+                 "where the kernel allows, no network; no filesystem, uid or process isolation")
+    warnings: tuple[str, ...] = (
+        "UNSAFE: the weak process mode (REVISE_PROCESS_ISOLATION=weak) ran this script with "
+        "rlimits only: it could read every file and signal every process of the host's user; "
+        "never use it for untrusted scripts",)
+
+    def __init__(self, *, command: Sequence[str] | None = None,
+                 python: str = sys.executable) -> None:
+        self._command = tuple(command) if command is not None else None
+        self._python = python
+
+    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        return launch_cold(self._start, run_id, rpc_dir, limits)
+
+    def close(self) -> None:
+        pass
+
+    def _start(self, job: SandboxJob) -> ChildSandbox:
+        workdir = tempfile.TemporaryDirectory(prefix="revise-proc-")
+        log_path = Path(workdir.name) / "output.log"
+        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+               "TMPDIR": workdir.name, "HOME": workdir.name, "LANG": "C.UTF-8"}
+        # No mount namespace: the runtime and the socket at their host paths.
+        command = self._command or (self._python, "-I", "-S", "-B",
+                                    str(SANDBOX_DIR / "runtime.py"), str(job.socket_path))
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(
+                command, cwd=workdir.name, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, close_fds=True,
+                preexec_fn=partial(_limit_child, job.limits))
+        return ChildSandbox(proc, workdir, log_path)
 
 
 def kill_processes_mentioning(fragments: list[str]) -> None:
     """SIGKILL every process (but this one) whose command line contains a fragment.
 
-    Process sandboxes run in their own session, so a host killed before it could
-    clean up may leave them behind; their command line names their job directory.
+    Weak-mode sandboxes run in their own session, so a host killed before it could
+    clean up may leave them behind; their command line names their RPC directory.
+    (bubblewrap sandboxes die with their host: ``--die-with-parent``.)
     """
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -77,69 +384,3 @@ def kill_processes_mentioning(fragments: list[str]) -> None:
                 os.kill(int(entry.name), signal.SIGKILL)
             except ProcessLookupError:
                 pass
-
-
-class ProcessSandbox:
-    def __init__(self, proc: subprocess.Popen[bytes], workdir: tempfile.TemporaryDirectory[str],
-                 log_path: Path) -> None:
-        self._proc = proc
-        self._workdir = workdir
-        self._log_path = log_path
-
-    def wait(self, timeout: float) -> int | None:
-        try:
-            return self._proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def kill(self) -> None:
-        if self._proc.poll() is None:
-            try:
-                os.killpg(self._proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            self._proc.wait()
-
-    def cleanup(self) -> None:
-        self.kill()
-        self._workdir.cleanup()
-
-    def output(self) -> str:
-        try:
-            with open(self._log_path, "rb") as fh:
-                fh.seek(max(0, os.path.getsize(self._log_path) - 8192))
-                return fh.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-
-class ProcessRunner:
-    """The script in a child Python with a scrubbed environment and rlimits."""
-
-    kind = "process"
-    isolation = ("process sandbox: rlimits, scrubbed environment, private temp dir and (where "
-                 "the kernel allows) no network; weaker than the Docker sandbox")
-
-    warnings: tuple[str, ...] = ("process sandbox: weaker isolation than the Docker sandbox",)
-
-    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
-        listener = open_rpc_dir(rpc_dir)
-        job = SandboxJob(run_id, rpc_dir, limits)
-        return Launched(job, listener, self.start(job))
-
-    def close(self) -> None:
-        pass
-
-    def start(self, job: SandboxJob) -> ProcessSandbox:
-        workdir = tempfile.TemporaryDirectory(prefix="revise-proc-")
-        log_path = Path(workdir.name) / "output.log"
-        env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
-               "TMPDIR": workdir.name, "HOME": workdir.name, "LANG": "C.UTF-8"}
-        with open(log_path, "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-B", str(RUNTIME_PATH), str(job.socket_path)],
-                cwd=workdir.name, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, close_fds=True,
-                preexec_fn=lambda: _limit_child(job.limits),
-            )
-        return ProcessSandbox(proc, workdir, log_path)

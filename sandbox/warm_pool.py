@@ -1,111 +1,140 @@
-"""Pre-started sandbox containers: one per job, never reused across runs.
+"""Pre-started sandboxes: one per job, never reused across runs; for every runner kind.
 
-Container start dominates a short job (hundreds of milliseconds before the
-first RPC). A warm container is created and started ahead of time with an
-empty job directory; its runtime waits for the host's ``go`` file. A run
-claims one (its job directory and RPC directory become the run's), the host
-writes the job and says go, and the pool starts a replacement in the
-background. After its job the container is removed like any other.
+Starting a sandbox dominates a short job (hundreds of milliseconds for a
+container before the first RPC). A warm sandbox is launched ahead of time the
+way a cold one is, with its own RPC directory and listener; its runtime
+connects at once and blocks until the host's ``job`` message arrives. A run
+whose limits equal the pool's claims one: the run gets the warm sandbox's
+directory, listener and sandbox (``Launched``), and the pool starts a
+replacement. After its job the sandbox is cleaned up like any other.
 
-Only jobs whose sandbox limits equal the pool's get a warm container; any other
-job starts cold. Policy and isolation are exactly the cold path's: the same
-profile, image pin check and mounts.
+The pool's own thread keeps it full and replaces warm sandboxes that died
+while idle (a claim also skips dead ones). Policy and isolation are exactly the
+cold path's: the pool calls the runner's own cold launch.
+
+Process sandboxes die with the thread that started them (``--die-with-parent``
+follows the parent thread), so they are started from the pool's long-lived
+thread, and ``close`` ends them; close the runner after its runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import tempfile
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from broker.envelope import SandboxLimits
-from sandbox.runner import SandboxJob
+from sandbox.job import SandboxJob, remove_rpc_dir
+
+if TYPE_CHECKING:
+    from sandbox.runner import Launched
 
 log = logging.getLogger("revise.sandbox.warm")
 
 WARM_RUN = "warm-pool"
-
-
-@dataclass
-class _Warm:
-    job: SandboxJob
-    sandbox: Any
+ColdLaunch = Callable[[str, Path, SandboxLimits], "Launched"]
 
 
 class WarmPool:
-    def __init__(self, cold_start: Any, size: int, limits: SandboxLimits | None = None
-                 ) -> None:
-        """``cold_start(job)`` starts a container for ``job`` (DockerRunner's cold path)."""
-        self._cold_start = cold_start
+    def __init__(self, launch_cold: ColdLaunch, size: int,
+                 limits: SandboxLimits | None = None, *, check_interval: float = 5.0) -> None:
+        """``launch_cold(run_id, rpc_dir, limits)`` is the runner's cold launch."""
+        self._launch_cold = launch_cold
         self.size = size
         self.limits = limits or SandboxLimits()
+        self._check_interval = check_interval
         self._root = Path(tempfile.mkdtemp(prefix="revise-warm-"))
-        self._ready: list[_Warm] = []
-        self._claimed: dict[Path, _Warm] = {}
-        self._lock = threading.Lock()
+        self._ready: list[Launched] = []
+        self._wake = threading.Condition()
         self._counter = 0
         self._closed = False
-        self._filler: threading.Thread | None = None
-        self.fill()
+        self._thread = threading.Thread(target=self._keep_full, daemon=True,
+                                        name="revise-warm-pool")
+        self._thread.start()
 
-    def _new(self) -> _Warm | None:
-        with self._lock:
-            self._counter += 1
-            base = self._root / f"w{self._counter}"
-        job = SandboxJob(WARM_RUN, base / "job", base / "rpc", self.limits)
-        job.job_dir.mkdir(parents=True)
-        job.rpc_dir.mkdir()
-        try:
-            return _Warm(job, self._cold_start(job))
-        except Exception:  # the engine hiccuped: cold starts still work
-            log.warning("could not pre-start a warm sandbox", exc_info=True)
-            shutil.rmtree(base, ignore_errors=True)
-            return None
-
-    def fill(self) -> None:
-        while not self._closed and len(self._ready) < self.size:
-            warm = self._new()
-            if warm is None:
-                return
-            with self._lock:
-                self._ready.append(warm)
-
-    def claim(self, limits: SandboxLimits) -> SandboxJob | None:
-        """A pre-started sandbox's directories for a job with these limits, or None."""
+    def claim(self, run_id: str, limits: SandboxLimits) -> Launched | None:
+        """A live pre-started sandbox for a job with these limits, or None (start cold)."""
         if limits != self.limits:
             return None
-        with self._lock:
-            if not self._ready:
-                return None
-            warm = self._ready.pop(0)
-            self._claimed[warm.job.job_dir] = warm
-            if self._filler is None or not self._filler.is_alive():
-                self._filler = threading.Thread(target=self.fill, daemon=True,
-                                                name="revise-warm-fill")
-                self._filler.start()
-        return warm.job
+        while True:
+            with self._wake:
+                if not self._ready:
+                    self._wake.notify()
+                    return None
+                warm = self._ready.pop(0)
+                self._wake.notify()  # start a replacement
+            if warm.sandbox.wait(0) is None:
+                job = SandboxJob(run_id, warm.job.rpc_dir, limits)
+                return dataclasses.replace(warm, job=job)
+            log.warning("a warm sandbox died while idle; discarding it")
+            _discard(warm)
 
-    def go(self, job: SandboxJob) -> Any | None:
-        """Hand a claimed sandbox its job (already written into its directories)."""
-        with self._lock:
-            warm = self._claimed.pop(Path(job.job_dir), None)
-        if warm is None:
-            return None
-        go = Path(job.rpc_dir) / "go"
-        go.write_text("go")
-        go.chmod(0o644)
-        return warm.sandbox
+    def ready(self) -> int:
+        with self._wake:
+            return len(self._ready)
 
     def close(self) -> None:
-        self._closed = True
-        if self._filler is not None:
-            self._filler.join(60)
-        with self._lock:
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        self._thread.join(60)
+        with self._wake:
             idle, self._ready = self._ready, []
         for warm in idle:
-            warm.sandbox.cleanup()
+            _discard(warm)
         shutil.rmtree(self._root, ignore_errors=True)
+
+    def _keep_full(self) -> None:
+        while True:
+            with self._wake:
+                if self._closed:
+                    return
+                missing = self.size - len(self._ready)
+                if missing <= 0:
+                    self._wake.wait(self._check_interval)
+            self._replace_dead()
+            if missing > 0 and not self._add_one():
+                with self._wake:  # the engine hiccuped: cold starts still work; retry later
+                    self._wake.wait(self._check_interval)
+
+    def _add_one(self) -> bool:
+        with self._wake:
+            self._counter += 1
+            rpc_dir = self._root / f"w{self._counter}"
+        try:
+            warm = self._launch_cold(WARM_RUN, rpc_dir, self.limits)
+        except Exception:
+            log.warning("could not pre-start a warm sandbox", exc_info=True)
+            return False
+        with self._wake:
+            if not self._closed:
+                self._ready.append(warm)
+                return True
+        _discard(warm)
+        return True
+
+    def _replace_dead(self) -> None:
+        with self._wake:
+            ready = list(self._ready)
+        died = {id(warm) for warm in ready if warm.sandbox.wait(0) is not None}
+        if not died:
+            return
+        with self._wake:  # only those still idle: a claim may have taken one meanwhile
+            dead = [warm for warm in self._ready if id(warm) in died]
+            self._ready = [warm for warm in self._ready if id(warm) not in died]
+        for warm in dead:
+            log.warning("a warm sandbox died while idle; replacing it")
+            _discard(warm)
+
+
+def _discard(warm: Launched) -> None:
+    try:
+        warm.sandbox.cleanup()
+    finally:
+        warm.listener.close()
+        remove_rpc_dir(warm.job.rpc_dir)

@@ -11,8 +11,10 @@ one from an idle worker.
 from __future__ import annotations
 
 from functools import cached_property
+from typing import Any
 
 from celery import Celery, Task
+from celery.signals import worker_init
 
 from broker.settings import Settings
 from workers.config import WorkerSettings
@@ -72,6 +74,25 @@ def celery_config(settings: Settings, queue: WorkerSettings, routing: Routing) -
         "beat_schedule": {"sweep-unresolved-attempts": {
             "task": SWEEP_TASK, "schedule": queue.reconcile_interval}},
     }
+
+
+@worker_init.connect
+def refuse_unsafe_sandbox(sender: Any = None, **_: Any) -> None:
+    """A worker consuming the sandbox queue starts only with a sandbox it may use: under
+    REVISE_SANDBOX=auto that is a ready Docker engine (the process sandbox must be named).
+    SystemExit, because Celery logs and ignores an Exception raised by a signal handler."""
+    app = getattr(sender, "app", None)
+    if not isinstance(app, ReviseCelery):
+        return
+    if app.routing.queue("sandbox") not in app.amqp.queues.consume_from:
+        return
+    from broker.errors import SandboxUnavailable
+    from sandbox.select import check_sandbox_worker
+
+    try:
+        check_sandbox_worker(app.revise_settings)
+    except SandboxUnavailable as exc:
+        raise SystemExit(f"refusing to start a sandbox worker: {exc.message}") from None
 
 
 def make_app(settings: Settings | None = None, queue: WorkerSettings | None = None

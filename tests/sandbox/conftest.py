@@ -1,4 +1,5 @@
-"""Docker fixtures: a running engine and a current sandbox image, once per session.
+"""Sandbox fixtures: a running Docker engine and a current sandbox image, once per
+session; fresh RPC directories; probes run through either runner.
 
 When no engine answers, ``sandbox/engine.sh`` is run (as root it installs and
 starts one); if there is still none, Docker tests skip locally and fail in CI.
@@ -17,7 +18,6 @@ import pytest
 
 from broker.envelope import SandboxLimits
 from broker.settings import Settings
-from sandbox.runner import SandboxJob
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_SH = REPO / "sandbox" / "engine.sh"
@@ -71,44 +71,65 @@ def sandbox_settings(docker_client, tmp_path_factory) -> Settings:
 
 
 @pytest.fixture
-def make_job(tmp_path) -> Callable[..., SandboxJob]:
-    """A job with its own job dir and RPC dir; limits default to the envelope's."""
+def rpc_dirs(tmp_path) -> Callable[[], Path]:
+    """Fresh, not yet existing RPC directory paths (``open_rpc_dir`` makes them)."""
     counter = iter(range(1_000_000))
+    return lambda: tmp_path / f"rpc-{next(counter)}"
 
-    def make(limits: SandboxLimits | None = None, *, run_id: str = "",
-             files: dict[str, str] | None = None) -> SandboxJob:
-        n = next(counter)
-        job_dir = tmp_path / f"job-{n}"
-        rpc_dir = tmp_path / f"rpc-{n}"
-        job_dir.mkdir()
-        rpc_dir.mkdir()
-        for name, text in (files or {}).items():
-            (job_dir / name).write_text(text, encoding="utf-8")
-        return SandboxJob(run_id or f"test-{os.getpid()}-{n}", job_dir, rpc_dir,
-                          limits or SandboxLimits())
 
-    return make
+def _prober(runner_for: Callable[[Sequence[str]], Any], rpc_dirs: Callable[[], Path],
+            default: Sequence[str], started: list[Any]) -> Callable[..., tuple]:
+    def run(code: str, limits: SandboxLimits | None = None, *, timeout: float = 60,
+            command: Sequence[str] | None = None) -> tuple[int | None, str, Any]:
+        runner = runner_for(command or (*default, code))
+        launched = runner.launch(f"test-{os.getpid()}", rpc_dirs(), limits or SandboxLimits())
+        started.append(launched)
+        code_ = launched.sandbox.wait(timeout)
+        out = launched.sandbox.output()
+        launched.sandbox.cleanup()
+        launched.listener.close()
+        return code_, out, launched.sandbox
+
+    return run
 
 
 @pytest.fixture
-def run_probe(docker_client, sandbox_settings, make_job):
+def run_probe(docker_client, sandbox_settings, rpc_dirs):
     """Run ``code`` with python3 in a sandbox container; return (exit code, output, sandbox)."""
     from sandbox.docker_runner import DockerRunner
 
-    started = []
+    started: list[Any] = []
+    yield _prober(lambda command: DockerRunner(sandbox_settings, client=docker_client,
+                                               command=command),
+                  rpc_dirs, ("python3", "-I", "-S", "-B", "-c"), started)
+    for launched in started:
+        launched.sandbox.cleanup()
+        launched.listener.close()
 
-    def run(code: str, limits: SandboxLimits | None = None, *, timeout: float = 60,
-            command: Sequence[str] | None = None) -> tuple[int | None, str, Any]:
-        job = make_job(limits)
-        runner = DockerRunner(sandbox_settings, client=docker_client,
-                              command=command or ("python3", "-I", "-S", "-B", "-c", code))
-        sandbox = runner.start(job)
-        started.append(sandbox)
-        code_ = sandbox.wait(timeout)
-        out = sandbox.output()
-        sandbox.cleanup()
-        return code_, out, sandbox
 
-    yield run
-    for sandbox in started:
-        sandbox.cleanup()
+@pytest.fixture(scope="session")
+def process_python() -> str:
+    from broker.errors import SandboxUnavailable
+    from sandbox.runner import ProcessRunner
+
+    try:
+        runner = ProcessRunner()
+        runner.check()
+    except SandboxUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"the process sandbox cannot be set up (required in CI): {exc}")
+        pytest.skip(f"the process sandbox cannot be set up here: {exc}")
+    return runner.profile(SandboxLimits()).python
+
+
+@pytest.fixture
+def run_process_probe(process_python, rpc_dirs):
+    """Run ``code`` with the sandbox's Python in a bubblewrap sandbox (see run_probe)."""
+    from sandbox.runner import ProcessRunner
+
+    started: list[Any] = []
+    yield _prober(lambda command: ProcessRunner(command=command), rpc_dirs,
+                  (process_python, "-I", "-S", "-B", "-c"), started)
+    for launched in started:
+        launched.sandbox.cleanup()
+        launched.listener.close()

@@ -1,4 +1,5 @@
-"""`python -m sandbox.acceptance` against the real image: every check must pass."""
+"""`python -m sandbox.acceptance` against the real image and the real bwrap: every check
+must pass."""
 
 from __future__ import annotations
 
@@ -7,13 +8,29 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.docker
+from sandbox.acceptance import PROBES
 
 
-def test_every_acceptance_check_passes(sandbox_settings) -> None:
-    done = subprocess.run([sys.executable, "-m", "sandbox.acceptance"], capture_output=True,
-                          text=True, timeout=600)
+def _acceptance(*args: str) -> int:
+    done = subprocess.run([sys.executable, "-m", "sandbox.acceptance", *args],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     summary = done.stdout.strip().splitlines()[-1]
-    passed = int(summary.split()[0])
-    assert passed >= 16 and summary.endswith("0 failed")
+    assert summary.endswith(" passed, 0 failed"), summary
+    return int(summary.split()[0])
+
+
+@pytest.mark.docker
+def test_every_docker_acceptance_check_passes(sandbox_settings) -> None:
+    assert _acceptance() == len(PROBES) + 1  # + the removed-container check
+
+
+def test_every_process_sandbox_acceptance_check_passes(process_python) -> None:
+    assert _acceptance("--runner", "process") == len(PROBES)
+
+
+def test_the_checks_cover_the_rpc_directory_and_socket() -> None:
+    names = {probe.name for probe in PROBES}
+    assert {"RPC directory read-only", "RPC socket connectable", "pids limit",
+            "daemon dies with the sandbox", "no host processes"} <= names
+    assert len(PROBES) >= 16

@@ -22,6 +22,7 @@ from broker.envelope import SandboxLimits
 from broker.errors import SandboxUnavailable
 from sandbox.docker_runner import DockerRunner, remove_stale_containers
 from sandbox.image import pin_path, read_pin, verify_image
+from sandbox.job import runtime_command
 from sandbox.profile import LABEL_OWNER, LABEL_SANDBOX
 
 pytestmark = pytest.mark.docker
@@ -79,7 +80,7 @@ def test_network_is_isolated(run_probe):
 
 def test_root_filesystem_is_read_only(run_probe):
     code, output, _ = run_probe(_probe("""
-        for path in ("/usr/evil", "/etc/passwd", "/opt/revise/runtime.py", "/job/x"):
+        for path in ("/usr/evil", "/etc/passwd", "/opt/revise/runtime.py", "/rpc/x"):
             try:
                 open(path, "a").close()
                 out[path] = "written"
@@ -173,18 +174,40 @@ def test_tmpfs_is_small_noexec_and_the_only_scratch(run_probe):
     assert result["fill"] in (27, 28)  # EFBIG (fsize) or ENOSPC (tmpfs size)
 
 
-def test_rpc_dir_is_writable_by_the_sandbox(docker_client, sandbox_settings, make_job):
-    job = make_job()
-    runner = DockerRunner(sandbox_settings, client=docker_client, command=(
-        "python3", "-c", "open('/rpc/hello', 'w').write('from inside')"))
-    sandbox = runner.start(job)
+def test_rpc_dir_is_read_only_and_its_socket_connectable(docker_client, sandbox_settings,
+                                                         rpc_dirs):
+    code = _probe("""
+        import socket, struct
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.connect("/rpc/rpc.sock")
+        body = json.dumps({"t": "hello", "uid": os.getuid()}).encode()
+        s.sendall(struct.pack(">I", len(body)) + body)
+        out["reply"] = s.recv(100).decode()
+        out["listing"] = sorted(os.listdir("/rpc"))
+        try:
+            open("/rpc/planted", "w").close()
+            out["write"] = "written"
+        except OSError as exc:
+            out["write"] = exc.errno
+    """)
+    runner = DockerRunner(sandbox_settings, client=docker_client,
+                          command=("python3", "-I", "-S", "-B", "-c", code))
+    launched = runner.launch("rpc-test", rpc_dirs(), SandboxLimits())
     try:
-        assert sandbox.wait(60) == 0, sandbox.output()
+        launched.listener.settimeout(60)
+        conn, _ = launched.listener.accept()
+        with conn:
+            size = int.from_bytes(conn.recv(4), "big")
+            hello = json.loads(conn.recv(size))
+            conn.sendall(b"hello from the host")
+        assert launched.sandbox.wait(60) == 0, launched.sandbox.output()
+        result = _result(launched.sandbox.output())
     finally:
-        sandbox.cleanup()
-    written = job.rpc_dir / "hello"
-    assert written.read_text() == "from inside"
-    assert written.stat().st_uid == 10001
+        launched.sandbox.cleanup()
+        launched.listener.close()
+    assert hello == {"t": "hello", "uid": 10001}
+    assert result == {"reply": "hello from the host", "listing": ["rpc.sock"], "write": 30}
+    assert sorted(p.name for p in launched.job.rpc_dir.iterdir()) == ["rpc.sock"]
 
 
 def test_no_host_environment_or_credentials(run_probe, monkeypatch):
@@ -195,7 +218,7 @@ def test_no_host_environment_or_credentials(run_probe, monkeypatch):
         out["mounts"] = [line.split()[1] for line in open("/proc/self/mounts")]
         out["docker_sock"] = os.path.exists("/var/run/docker.sock")
         out["opt"] = sorted(os.listdir("/opt/revise"))
-        out["job"] = sorted(os.listdir("/job"))
+        out["job"] = os.path.exists("/job")
     """))
     result = _result(output)
     assert code == 0, output
@@ -204,8 +227,8 @@ def test_no_host_environment_or_credentials(run_probe, monkeypatch):
                                   "PYTHONHASHSEED"}, result["env"]
     assert result["env"]["PYTHONHASHSEED"] == "0"
     assert not result["docker_sock"]
-    assert result["opt"] == ["runtime.py"]
-    assert result["job"] == []
+    assert result["opt"] == ["language.py", "runtime.py"]
+    assert result["job"] is False
     assert not any(m.startswith(("/root", "/home", "/work")) for m in result["mounts"])
 
 
@@ -235,12 +258,14 @@ def test_pids_limit_caps_threads(run_probe):
     assert _result(output)["started"] < 16
 
 
-def test_timeout_then_kill_then_removed(docker_client, sandbox_settings, make_job):
+def test_timeout_then_kill_then_removed(docker_client, sandbox_settings, rpc_dirs):
     from docker.errors import NotFound
 
     runner = DockerRunner(sandbox_settings, client=docker_client,
                           command=("python3", "-c", "import time; time.sleep(120)"))
-    sandbox = runner.start(make_job())
+    launched = runner.launch("kill-test", rpc_dirs(), SandboxLimits())
+    sandbox = launched.sandbox
+    launched.listener.close()
     try:
         begun = time.monotonic()
         assert sandbox.wait(1.0) is None
@@ -263,15 +288,15 @@ def test_output_is_a_bounded_tail(run_probe):
     assert output.rstrip().endswith("the end")
 
 
-def test_container_settings_as_the_engine_sees_them(docker_client, sandbox_settings, make_job):
+def test_container_settings_as_the_engine_sees_them(docker_client, sandbox_settings, rpc_dirs):
     limits = SandboxLimits(memory_mb=96, cpus=0.5, pids=32, tmpfs_mb=8)
-    runner = DockerRunner(sandbox_settings, client=docker_client,
-                          command=("python3", "-c", "import time; time.sleep(30)"))
-    sandbox = runner.start(make_job(limits))
+    runner = DockerRunner(sandbox_settings, client=docker_client)
+    launched = runner.launch("settings-test", rpc_dirs(), limits)
     try:
-        attrs = docker_client.api.inspect_container(sandbox.container_id)
+        attrs = docker_client.api.inspect_container(launched.sandbox.container_id)
     finally:
-        sandbox.cleanup()
+        launched.sandbox.cleanup()
+        launched.listener.close()
     host = attrs["HostConfig"]
     assert attrs["Image"] == read_pin(sandbox_settings)["image_id"]
     assert host["NetworkMode"] == "none"
@@ -284,17 +309,21 @@ def test_container_settings_as_the_engine_sees_them(docker_client, sandbox_setti
     assert host["Tmpfs"]["/tmp"].endswith("size=8m")
     assert "no-new-privileges:true" in host["SecurityOpt"]
     assert attrs["Config"]["User"] == "10001:10001"
+    assert attrs["Config"]["Cmd"] == runtime_command()
+    [mount] = attrs["Mounts"]
+    assert (mount["Destination"], mount["RW"]) == ("/rpc", False)
+    assert mount["Source"] == str(launched.job.rpc_dir.resolve())
 
 
 def test_start_refuses_an_unpinned_or_swapped_image(docker_client, sandbox_settings,
-                                                     make_job, tmp_path):
+                                                     rpc_dirs, tmp_path):
     from broker.settings import Settings
 
     assert verify_image(docker_client, sandbox_settings) == read_pin(sandbox_settings)["image_id"]
     unpinned = Settings(home=tmp_path / "empty-home",
                         sandbox_pin=tmp_path / "empty-home" / "pin.json")
     with pytest.raises(SandboxUnavailable, match="revise sandbox build"):
-        DockerRunner(unpinned, client=docker_client).start(make_job())
+        DockerRunner(unpinned, client=docker_client).launch("r", rpc_dirs(), SandboxLimits())
 
     swapped = Settings(home=tmp_path / "swapped-home",
                        sandbox_pin=tmp_path / "swapped-home" / "pin.json")
@@ -302,35 +331,7 @@ def test_start_refuses_an_unpinned_or_swapped_image(docker_client, sandbox_setti
     record = dict(read_pin(sandbox_settings), image_id="sha256:" + "0" * 64)
     pin_path(swapped).write_text(json.dumps(record))
     with pytest.raises(SandboxUnavailable, match="is pinned"):
-        DockerRunner(swapped, client=docker_client).start(make_job())
-
-
-def test_the_runtime_runs_a_script_in_the_container(docker_client, sandbox_settings, make_job):
-    """The real runtime, the real profile, and one file-RPC round trip through the host."""
-    from sandbox.rpc import RpcServer
-
-    script = ('async def orchestrate(ctx, args):\n'
-              '    reply = await ctx.run("text.generate", {"prompt": args["p"]}, _site="s0")\n'
-              '    return {"reply": reply}\n')
-    job = make_job(files={"script.py": script, "args.json": '{"p": "hi"}',
-                          "config.json": json.dumps({"concurrency": 2, "frame_bytes": 65536,
-                                                     "output_bytes": 65536})})
-    (job.rpc_dir / "nonce").write_text("n0nce")
-    (job.rpc_dir / "nonce").chmod(0o644)
-    server = RpcServer(job.rpc_dir, nonce="n0nce", whitelist={"s0": "text.generate"},
-                       handler=lambda frame: {"ok": True, "result": frame.payload["prompt"]},
-                       concurrency=2, frame_bytes=65536, output_bytes=65536)
-    sandbox = DockerRunner(sandbox_settings, client=docker_client).start(job)
-    try:
-        served = server.serve(sandbox, timeout=60)
-        output = sandbox.output()
-    finally:
-        sandbox.cleanup()
-    assert served.stop is None, (served.stop, output)
-    assert served.exit_code == 0, output
-    assert served.frames == 1
-    assert served.outcome and served.outcome["ok"], served.outcome
-    assert served.outcome["result"] == {"reply": "hi"}
+        DockerRunner(swapped, client=docker_client).launch("r", rpc_dirs(), SandboxLimits())
 
 
 def test_stale_containers_of_dead_owners_are_swept(docker_client, sandbox_settings):
@@ -354,14 +355,11 @@ def test_sigterm_of_the_host_process_removes_its_container(docker_client, sandbo
         from broker.envelope import SandboxLimits
         from broker.settings import Settings
         from sandbox.docker_runner import DockerRunner
-        from sandbox.runner import SandboxJob
         base = Path({str(tmp_path)!r})
-        (base / "job").mkdir(); (base / "rpc").mkdir()
         runner = DockerRunner(Settings(home=Path({str(sandbox_settings.home)!r})),
                               command=("python3", "-c", "import time; time.sleep(120)"))
-        sandbox = runner.start(SandboxJob("sigterm-test", base / "job", base / "rpc",
-                                          SandboxLimits()))
-        print(sandbox.container_id, flush=True)
+        launched = runner.launch("sigterm-test", base / "rpc", SandboxLimits())
+        print(launched.sandbox.container_id, flush=True)
         time.sleep(120)
     """)
     proc = subprocess.Popen([sys.executable, "-c", host], cwd=REPO, stdout=subprocess.PIPE,

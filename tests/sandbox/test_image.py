@@ -70,11 +70,14 @@ def test_base_defaults_to_offline_and_env_overrides(settings, monkeypatch):
     assert wanted_base(settings, "offline") == OFFLINE
 
 
-def test_runtime_hash_covers_dockerfile_and_runtime(tmp_path, monkeypatch):
+@pytest.mark.parametrize("changed", ["runtime.py", "language.py"])
+def test_runtime_hash_covers_dockerfile_and_runtime_files(tmp_path, monkeypatch, changed):
     before = runtime_sha256()
-    copy = tmp_path / "runtime.py"
-    copy.write_bytes(image_mod.RUNTIME.read_bytes() + b"\n# changed\n")
-    monkeypatch.setattr(image_mod, "RUNTIME", copy)
+    assert [path.name for path in image_mod.runtime_files()] == ["runtime.py", "language.py"]
+    for path in image_mod.runtime_files():
+        extra = b"\n# changed\n" if path.name == changed else b""
+        (tmp_path / path.name).write_bytes(path.read_bytes() + extra)
+    monkeypatch.setattr(image_mod, "RUNTIME", tmp_path / "runtime.py")
     assert runtime_sha256() != before
 
 

@@ -1,4 +1,4 @@
-"""The sandbox policy as data: no Docker engine needed."""
+"""The Docker sandbox policy as data: no Docker engine needed."""
 
 from __future__ import annotations
 
@@ -10,15 +10,14 @@ import pytest
 from pydantic import ValidationError
 
 from broker.envelope import SandboxLimits
+from sandbox.job import SandboxJob, runtime_command
 from sandbox.profile import (
-    JOB_MOUNT,
     RPC_MOUNT,
     RUNTIME_COMMAND,
     SECCOMP_PATH,
     SandboxProfile,
     seccomp_profile_json,
 )
-from sandbox.runner import SandboxJob
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "sandbox" / "image" / "Dockerfile"
@@ -35,9 +34,8 @@ CLONE_NEWUSER = 0x10000000
 
 @pytest.fixture
 def job(tmp_path) -> SandboxJob:
-    (tmp_path / "job").mkdir()
     (tmp_path / "rpc").mkdir()
-    return SandboxJob("run-7", tmp_path / "job", tmp_path / "rpc",
+    return SandboxJob("run-7", tmp_path / "rpc",
                       SandboxLimits(memory_mb=256, cpus=0.5, pids=64, tmpfs_mb=16))
 
 
@@ -53,7 +51,9 @@ def test_defaults_are_the_hardened_policy():
     assert profile.user == "10001:10001"
     assert profile.cap_drop == ("ALL",)
     assert profile.no_new_privileges is True
-    assert profile.command == RUNTIME_COMMAND
+    assert profile.command == RUNTIME_COMMAND == tuple(runtime_command())
+    assert RUNTIME_COMMAND == ("python3", "-I", "-S", "-B", "/opt/revise/runtime.py",
+                               "/rpc/rpc.sock")
     assert profile.limits == SandboxLimits()
 
 
@@ -106,14 +106,12 @@ def test_limits_come_from_the_envelope(job):
     assert kwargs["log_config"]["Config"] == {"max-size": "1048576", "max-file": "1"}
 
 
-def test_mounts_are_the_job_read_only_and_rpc_read_write(job):
-    mounts = {m["Target"]: m for m in _kwargs(job)["mounts"]}
-    assert set(mounts) == {JOB_MOUNT, RPC_MOUNT}
-    assert mounts[JOB_MOUNT]["Source"] == str(job.job_dir.resolve())
-    assert mounts[JOB_MOUNT]["ReadOnly"] is True
-    assert mounts[RPC_MOUNT]["Source"] == str(job.rpc_dir.resolve())
-    assert mounts[RPC_MOUNT]["ReadOnly"] is False
-    assert all(m["Type"] == "bind" for m in mounts.values())
+def test_the_only_mount_is_the_rpc_directory_read_only(job):
+    [mount] = _kwargs(job)["mounts"]
+    assert mount["Target"] == RPC_MOUNT == "/rpc"
+    assert mount["Source"] == str(job.rpc_dir.resolve())
+    assert mount["ReadOnly"] is True
+    assert mount["Type"] == "bind"
 
 
 def test_environment_never_comes_from_the_host(job, monkeypatch):
@@ -144,11 +142,12 @@ def test_seccomp_profile_filters_clone_namespace_flags():
     assert {0x00020000, 0x20000000, 0x40000000} <= masks  # NEWNS, NEWPID, NEWNET
 
 
-def test_dockerfile_adds_only_the_runtime():
+def test_dockerfile_adds_only_the_runtime_files():
     text = DOCKERFILE.read_text()
     assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.M)
     assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M)
     copies = re.findall(r"^(?:COPY|ADD)\s+(.*)$", text, re.M)
-    assert copies == ["runtime.py /opt/revise/runtime.py"]
+    assert copies == ["runtime.py language.py /opt/revise/"]
+    assert '"/opt/revise/runtime.py", "/rpc/rpc.sock"]' in text
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert '"python3"' in text and "/usr/local/bin/python" not in text
