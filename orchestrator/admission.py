@@ -59,6 +59,15 @@ class Refusal:
     gate: GateResult | None
 
 
+def admit_unchecked(source: Source, slots: list[SlotRecord]) -> Admission:
+    """Annotate and gate WITHOUT the checker: only for the sandbox acceptance checks and
+    the attack tests, which prove that the sandbox holds alone when the checker is
+    bypassed. Never reachable from the CLI or the queue."""
+    annotated = annotate(source.text, ast.parse(source.text))
+    gate = check_gate(frozen_sites(slots), annotated.sites)
+    return Admission(annotated.text, annotated.sites, gate)
+
+
 def admit(source: Source, slots: list[SlotRecord], *, relocation: str = "remap"
           ) -> Admission | Refusal:
     checked = check(source.text)

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from broker.catalog import lookup
 from broker.envelope import Envelope
 from broker.errors import InputError, OrphanStop
-from broker.identity import canonical_json
+from broker.identity import canonical_json, sha256_hex
 from broker.prefix import Prefix
 from broker.records import AttemptStatus, RunStatus
 from broker.settings import OrphanPolicy, Settings
@@ -148,10 +152,13 @@ class Pipeline:
             run_id=run_id, revision=revision, admission=admission, prefix=Prefix(slots),
             args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
             store=self.store, runner=self.runner, executor=self.executor_for(envelope),
-            rpc_dir=self.settings.runs_dir / run_id / f"rev-{revision}-d{delivery}")
+            rpc_dir=_rpc_dir(run_id, revision, delivery))
         self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
                              revision=revision)
-        result = session.run()
+        try:
+            result = session.run()
+        finally:
+            shutil.rmtree(session.rpc_dir.parent, ignore_errors=True)
         self.store.add_event(run_id, "sandbox_exit", "sandbox finished", revision=revision,
                              data={"calls": len(result.calls)})
         self._finish(report, result, envelope)
@@ -256,6 +263,15 @@ class Pipeline:
             return CertificateReport.model_validate(build_certificate(slots).to_json())
         return CertificateReport.model_validate(
             verify(persisted.digest, persisted.entries, slots).to_json())
+
+
+def _rpc_dir(run_id: str, revision: int, delivery: int) -> Path:
+    """A fresh private directory for the revision's socket: short (a Unix socket path
+    has at most 107 bytes, a run id up to 128), created atomically (mkdtemp), and named
+    after the run for an operator who looks."""
+    base = tempfile.mkdtemp(prefix=f"revise-{sha256_hex(run_id)[:8]}-r{revision}d{delivery}-")
+    os.chmod(base, 0o755)  # the sandbox's uid traverses it to reach the socket
+    return Path(base) / "rpc"
 
 
 def _no_violations() -> Any:

@@ -1,12 +1,9 @@
-"""End-to-end acceptance checks of the host RPC, through the pipeline.
+"""End-to-end acceptance checks of the host side of the sandbox socket, through the pipeline.
 
 Hostile scripts run with the checker bypassed (``run_unchecked``, the
-test-only path): they reach real builtins through frame walking and forge
-frames, and the host must stop them before any provider call. These checks are
-written against the file-RPC runtime (``ctx._transport``, ``req-N.json``) and
-wait for their port to the socket runtime (``sandbox/runtime.py``,
-``orchestrator/session.py``); ``python -m sandbox.acceptance --pipeline`` runs
-them.
+test-only path): they reach real builtins and the runtime's own channel through
+the runtime's globals, and forge messages; the host must stop them before any
+provider call. ``python -m sandbox.acceptance --pipeline`` runs them.
 """
 
 from __future__ import annotations
@@ -43,24 +40,19 @@ def script(body: str) -> str:
 def run_unchecked(services: Any, run_id: str, text: str, args: Any, envelope: Any
                   ) -> dict[str, Any]:
     """Annotate and gate but skip the checker: the test-only path to hostile scripts."""
-    from orchestrator.annotate import annotate
-    from orchestrator.checker import CheckReport
-    from orchestrator.gate import check_gate, frozen_sites
-    from orchestrator.pipeline import Admitted, Prepared, args_json, empty_report
+    from orchestrator.admission import admit_unchecked
+    from orchestrator.pipeline import Admitted, args_json
+    from orchestrator.report import RunReport
     from orchestrator.source import decode_source
 
     store = services.store
     source = decode_source(text)
-    annotated = annotate(source.text)
-    prefix = store.list_slots(run_id)
-    gate = check_gate(frozen_sites(prefix), annotated.sites)
     store.ensure_run(run_id)
+    admission = admit_unchecked(source, store.list_slots(run_id))
     revision = store.add_revision(run_id, source.text, source.digest)
-    report = empty_report(run_id) | {"revision": revision, "gate": gate.to_json()}
-    unchecked = CheckReport(valid=False, violations=(), facts={"unchecked": True})
-    prepared = Prepared(source, annotated, gate, unchecked, prefix)
-    admitted = Admitted(run_id, revision, source, args_json(args, envelope), prepared, report)
-    return services.pipeline().execute(admitted, envelope)
+    admitted = Admitted(run_id, revision, source, args_json(args, envelope), admission,
+                        RunReport(run_id=run_id, revision=revision))
+    return services.pipeline().execute(admitted, envelope).to_json()
 
 
 def _error(report: dict[str, Any]) -> str:
@@ -73,60 +65,65 @@ def _provider_lines(services: Any) -> list[str]:
 
 
 def _stopped_by_rpc(report: dict[str, Any], services: Any) -> bool:
-    return _error(report) == "RpcViolation" and not _provider_lines(services)
+    return _error(report) == "SandboxProtocolError" and not _provider_lines(services)
+
+
+def _in_flight_held(report: dict[str, Any], services: Any) -> bool:
+    """Three one-second calls under concurrency 2: the third finished a second later."""
+    import json
+    from datetime import datetime
+
+    stamps = sorted(datetime.fromisoformat(json.loads(line)["ts"])
+                    for line in _provider_lines(services))
+    return (report.get("status") == "succeeded" and len(stamps) == 3
+            and (stamps[2] - stamps[0]).total_seconds() >= 0.8)
 
 
 WHITELISTED = '''
         if args.get("never"):
             await ctx.run("text.generate", {"prompt": "whitelisted"})
-        t = ctx._transport
-        site = "orchestrate/if0/#0"'''
+        channel = g["_SCHEDULER"].channel
+        nonce = g["_SCHEDULER"].nonce
+        site = "orchestrate/if0/#0"
+        def frame(seq, occurrence=0, path=()):
+            return {"seq": seq, "kind": "call", "site": site, "path": list(path),
+                    "occurrence": occurrence, "capability": "text.generate",
+                    "payload": {"prompt": "x"}, "take": 1}'''
 
 # (name, body, passes(report, services), limits, concurrency, latency)
 PIPELINE_CHECKS: list[tuple[str, str, Callable[[dict[str, Any], Any], bool],
                             dict[str, Any], int, float]] = [
     ("output size cap", 'return "x" * 20000',
      lambda r, s: _error(r) == "OutputTooLarge", {"output_bytes": 4096}, 4, 0.0),
-    ("RPC nonce forgery rejected", WHITELISTED + '''
-        frame = {"v": 1, "seq": 1, "nonce": "forged", "kind": "call", "site": site,
-                 "path": [], "occurrence": 0, "capability": "text.generate",
-                 "payload": {"prompt": "x"}}
-        t._write("req-00000001.json", json.dumps(frame))
+    ("socket nonce forgery rejected", WHITELISTED + '''
+        channel.send({"t": "batch", "nonce": "forged", "frames": [frame(1)]})
         imp("time").sleep(5)
         return "not stopped"
         ''', _stopped_by_rpc, {}, 4, 0.0),
-    ("RPC unknown site rejected", '''
+    ("socket unknown site rejected", '''
         run = ctx.run
         return await run("text.generate", {"prompt": "x"}, _site="forged/#0")
         ''', _stopped_by_rpc, {}, 4, 0.0),
-    ("RPC occurrence replay rejected", WHITELISTED + '''
-        frame = {"kind": "call", "site": site, "path": [], "occurrence": 0,
-                 "capability": "text.generate", "payload": {"prompt": "x"}}
-        await t.call(frame)
-        await t.call(frame)
+    ("socket occurrence replay rejected", WHITELISTED + '''
+        channel.send({"t": "batch", "nonce": nonce, "frames": [frame(1), frame(2)]})
+        imp("time").sleep(5)
         return "replayed"
-        ''', lambda r, s: _error(r) == "RpcViolation" and len(_provider_lines(s)) <= 1,
-     {}, 4, 0.0),
-    ("oversized frame rejected", WHITELISTED + '''
-        t._write("req-00000001.json", json.dumps({"nonce": t.nonce, "pad": "x" * 2000000}))
+        ''', _stopped_by_rpc, {}, 4, 0.0),
+    ("oversized message rejected", WHITELISTED + '''
+        channel.send({"t": "batch", "nonce": nonce, "frames": [], "pad": "x" * 9000000})
         imp("time").sleep(5)
         return "not stopped"
         ''', _stopped_by_rpc, {}, 4, 0.0),
-    ("concurrency limit held", WHITELISTED + '''
-        for i in range(3):
-            frame = {"v": 1, "seq": i + 1, "nonce": t.nonce, "kind": "call", "site": site,
-                     "path": [i], "occurrence": 0, "capability": "text.generate",
-                     "payload": {"prompt": f"x{i}"}}
-            t._write(f"req-{i + 1:08d}.json", json.dumps(frame))
-        imp("time").sleep(5)
-        return "not stopped"
-        ''', lambda r, s: _error(r) == "RpcViolation" and len(_provider_lines(s)) <= 2,
-     {}, 2, 1.0),
+    ("concurrency limit held", '''
+        async def say(i):
+            return await ctx.run("text.generate", {"prompt": f"x{i}"})
+        return await ctx.parallel([say(i) for i in range(3)])
+        ''', _in_flight_held, {}, 2, 1.0),
     ("artifact export", '''
         image = await ctx.run("image.generate", {"prompt": "acceptance"})
         return image["artifact"]
         ''', lambda r, s: bool(r.get("result")) and s.artifacts.get(
-            r["result"]["id"]).startswith(b"\\x89PNG"), {}, 4, 0.0),
+            r["result"]["id"]).startswith(b"\x89PNG"), {}, 4, 0.0),
 ]
 
 

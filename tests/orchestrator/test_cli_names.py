@@ -122,7 +122,8 @@ def test_a_valid_run_id_still_runs(revise, sandbox_dirs) -> None:
     code, data, _ = revise("run", SCRIPT, "--run-id", "shots-2024.1", "--json")
     assert code == 0, data
     assert data["run_id"] == "shots-2024.1" and data["status"] == "succeeded"
-    assert (sandbox_dirs["home"] / "runs" / "shots-2024.1").is_dir()
+    _, shown, _ = revise("show", "shots-2024.1", "--json")
+    assert shown["run"]["run_id"] == "shots-2024.1"
 
 
 def test_a_nul_byte_in_a_run_id_is_refused(sandbox_dirs, monkeypatch) -> None:

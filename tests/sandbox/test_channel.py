@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -19,7 +20,8 @@ from broker.envelope import Envelope, SandboxLimits
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.job import SandboxJob, open_rpc_dir
-from sandbox.runner import Launched, ProcessSandbox
+from sandbox.child import ChildSandbox
+from sandbox.runner import Launched
 
 SCRIPT = '''async def orchestrate(ctx, args):
     return await ctx.run("text.generate", {"prompt": "hello"})
@@ -73,10 +75,8 @@ class ProbeRunner:
             proc = subprocess.Popen([sys.executable, "-c", self.code, str(job.socket_path)],
                                     stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-        import tempfile
-
-        return Launched(job, listener, ProcessSandbox(proc, tempfile.TemporaryDirectory(),
-                                                      log_path))
+        return Launched(job, listener, ChildSandbox(proc, tempfile.TemporaryDirectory(),
+                                                    log_path))
 
     def close(self) -> None:
         pass

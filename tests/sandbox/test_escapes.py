@@ -1,26 +1,34 @@
-"""The container holds alone: classic escapes with the checker bypassed (test-only path)."""
+"""The sandbox holds alone: classic escapes with the checker bypassed (test-only path),
+in the Docker sandbox and in the bubblewrap process sandbox."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from broker.envelope import Envelope, SandboxLimits
-from broker.settings import SandboxKind
+from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
-from sandbox.acceptance import run_unchecked, script
-
-pytestmark = pytest.mark.docker
+from sandbox.acceptance_pipeline import run_unchecked, script
 
 
-@pytest.fixture
-def services(sandbox_settings, tmp_path: Path):
-    from sandbox.docker_runner import DockerRunner
+@pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
+def services(request, tmp_path: Path):
+    if request.param == "docker":
+        from sandbox.docker_runner import DockerRunner
 
-    settings = sandbox_settings.model_copy(update={"home": tmp_path / "home",
-                                                   "sandbox": SandboxKind.DOCKER})
-    opened = open_services(settings, runner=DockerRunner(settings))
+        base = request.getfixturevalue("sandbox_settings")
+        settings = base.model_copy(update={"home": tmp_path / "home",
+                                           "sandbox": SandboxKind.DOCKER})
+        runner = DockerRunner(settings)
+    else:
+        from sandbox.runner import ProcessRunner
+
+        settings = Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS)
+        runner = ProcessRunner()
+    opened = open_services(settings, runner=runner)
     yield opened
     opened.close()
 
@@ -32,8 +40,6 @@ def run(services, body: str, args: dict | None = None) -> dict:
 
 def provider_identities(services) -> list[str]:
     path = services.settings.provider_log_path
-    import json
-
     return [json.loads(line)["identity"] for line in path.read_text().splitlines()] \
         if path.exists() else []
 
@@ -72,24 +78,25 @@ def test_format_string_and_frame_walk_leak_nothing_outside(services) -> None:
     assert not any(key.startswith("REVISE_") or "KEY" in key for key in result["env"])
 
 
-def test_forged_frames_with_a_stolen_nonce_only_make_admitted_calls(services) -> None:
+def test_forged_frames_through_the_runtime_channel_only_make_admitted_calls(services) -> None:
     report = run(services, '''
         if args.get("never"):
             await ctx.run("text.generate", {"prompt": "whitelisted"})
-        t = ctx._transport
-        good = {"kind": "call", "site": "orchestrate/if0/#0", "path": [], "occurrence": 0,
-                "capability": "text.generate", "payload": {"prompt": "stolen nonce"}}
-        first = await t.call(good)
-        forged = dict(good, capability="image.generate", occurrence=1)
-        await t.call(forged)
+        sched = g["_SCHEDULER"]
+        good = {"seq": 1, "kind": "call", "site": "orchestrate/if0/#0", "path": [],
+                "occurrence": 0, "capability": "text.generate",
+                "payload": {"prompt": "stolen channel"}, "take": 1}
+        sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [good]})
+        sched.channel.receive()
+        forged = dict(good, seq=2, capability="image.generate", occurrence=1,
+                      payload={"prompt": "not admitted"})
+        sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [forged]})
+        imp("time").sleep(5)
         return "not stopped"
         ''')
     assert report["status"] == "stopped"
-    assert report["error"]["type"] == "RpcViolation"
-    admitted = {f"{i['site']}@{'.'.join(map(str, i['path']))}:{i['occurrence']}"
-                for i in report["identities"]}
-    assert set(provider_identities(services)) <= admitted
-    assert len(provider_identities(services)) == 1
+    assert report["error"]["type"] == "SandboxProtocolError"
+    assert len(provider_identities(services)) == 1  # the one frame the host admitted
 
 
 def test_socket_and_dns_reach_nothing(services) -> None:
