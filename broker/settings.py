@@ -12,7 +12,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 class SandboxKind(StrEnum):
     DOCKER = "docker"
-    PROCESS = "process"
+    PROCESS = "process"  # bubblewrap: own namespaces, seccomp, unprivileged uid
+    PROCESS_WEAK = "process-weak"  # rlimits only; never chosen by auto, only when named
     AUTO = "auto"
 
 
@@ -49,8 +50,9 @@ class Settings(BaseSettings):
     sandbox: SandboxKind = SandboxKind.AUTO
     sandbox_image: str = "revise-sandbox:latest"
     sandbox_warm: int = Field(
-        default=0, ge=0, le=32, description="pre-started Docker sandboxes kept ready for jobs "
-        "with the default limits (one per job, never reused); worth it in long-lived workers")
+        default=0, ge=0, le=32, description="pre-started sandboxes (Docker or process) kept ready "
+        "for jobs with the default limits (one per job, never reused); worth it in "
+        "long-lived workers")
     sandbox_pin: Path = Field(
         default_factory=lambda: _state_dir() / "sandbox-image.json",
         description="where the built sandbox image id is pinned; one per machine, not per "

@@ -165,7 +165,8 @@ def _take_tag(at: ast.Call, tags: dict[int, str]) -> ast.Call:
     inner = at.args[1]
     assert isinstance(inner, ast.Call)
     tag = at.args[0]
-    tags[id(inner)] = tag.value if isinstance(tag, ast.Constant) else ""
+    tags[id(inner)] = tag.value if isinstance(tag, ast.Constant) and isinstance(
+        tag.value, str) else ""
     return inner
 
 

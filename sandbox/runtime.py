@@ -96,7 +96,7 @@ _OP_CALL, _OP_FANOUT, _OP_JOIN, _OP_RACE = "call", "fanout", "join", "race"
 class _Call:
     """What ``ctx.run(...)`` returns: awaiting it sends one call frame."""
 
-    __slots__ = ("_capability", "_payload", "_take", "_site", "_awaited")
+    __slots__ = ("_awaited", "_capability", "_payload", "_site", "_take")
 
     def __init__(self, capability, payload, take, site):
         self._capability = capability
@@ -115,7 +115,7 @@ class _Call:
 class _At:
     """A helper call, tagged by the host with its call site (``__at__`` in the script)."""
 
-    __slots__ = ("_site", "_coro")
+    __slots__ = ("_coro", "_site")
 
     def __init__(self, site, coro):
         self._site = site
@@ -133,7 +133,7 @@ class _At:
 class _Fanout:
     """What ``ctx.parallel`` / ``pipeline`` / ``dag`` return."""
 
-    __slots__ = ("_kind", "_spec", "_awaited")
+    __slots__ = ("_awaited", "_kind", "_spec")
 
     def __init__(self, kind, spec):
         self._kind = kind
@@ -148,7 +148,7 @@ class _Fanout:
 
 
 class _Race:
-    __slots__ = ("_items", "_site", "_awaited")
+    __slots__ = ("_awaited", "_items", "_site")
 
     def __init__(self, items, site):
         self._items = items
@@ -225,8 +225,18 @@ def _close(item):
 
 
 class _Task:
-    __slots__ = ("coro", "path", "chain", "done", "value", "error", "waiters", "hold",
-                 "held", "cancelled")
+    __slots__ = (
+        "cancelled",
+        "chain",
+        "coro",
+        "done",
+        "error",
+        "held",
+        "hold",
+        "path",
+        "value",
+        "waiters",
+    )
 
     def __init__(self, coro, path, chain):
         self.coro = coro
@@ -624,7 +634,7 @@ def _race_run(scheduler, parent, identity, tasks):
 class Context:
     """The ``ctx`` a script receives: six methods and nothing else public."""
 
-    __slots__ = ("_logs", "_log_lines")
+    __slots__ = ("_log_lines", "_logs")
 
     def __init__(self, log_lines):
         self._logs = []

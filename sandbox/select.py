@@ -2,12 +2,11 @@
 
 ``docker``: the Docker runner, or SandboxUnavailable when no engine or image is
 ready. ``process``: the bubblewrap sandbox, proven to set up here (else
-SandboxUnavailable); the rlimits-only child only when the operator names it
-(``REVISE_PROCESS_ISOLATION=weak``, or ``REVISE_SANDBOX=process-weak`` where the
-settings know that value). ``auto``: Docker when ready, else the bubblewrap
-sandbox, never the weak child. A Celery worker consuming the sandbox queue
-does not fall back at all: ``check_sandbox_worker`` refuses ``auto`` without a
-ready Docker engine unless process mode is named.
+SandboxUnavailable). ``process-weak`` (or ``REVISE_PROCESS_ISOLATION=weak``):
+the rlimits-only child, only because the operator named it. ``auto``: Docker
+when ready, else the bubblewrap sandbox, never the weak child. A Celery worker
+consuming the sandbox queue does not fall back at all: ``check_sandbox_worker``
+refuses ``auto`` without a ready Docker engine unless process mode is named.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from sandbox.runner import ProcessRunner, Runner, WeakProcessRunner
 
 log = logging.getLogger("revise.sandbox")
 
-WEAK = "process-weak"
+WEAK = SandboxKind.PROCESS_WEAK.value
 _DOCKER_FIX = ("start the engine (bash sandbox/engine.sh) and run `revise sandbox build`")
 
 

@@ -113,7 +113,7 @@ def test_never_a_result_for_another_call_and_never_one_result_twice(committed, c
     prefix = Prefix([slot(s, (), o, d, fp=f) for s, o, d, f in committed])
     decisions = prefix.decide_wave([call(s, (), o, d, fp=f) for s, o, d, f in calls])
     served: list[Identity] = []
-    for (site, occ, digest, fp), decision in zip(calls, decisions, strict=True):
+    for (_site, _occ, digest, fp), decision in zip(calls, decisions, strict=True):
         if decision.replays:
             # Only a slot of the same call expression with the same payload is ever reused.
             assert (decision.slot.digest, decision.slot.fingerprint) == (digest, fp)

@@ -80,8 +80,9 @@ def test_first_prompt_carries_failure_frozen_sites_and_scripts(fanout_run: Servi
     assert system["role"] == "system" and "image.generate" in system["content"]
     assert "{{CATALOG}}" not in system["content"]
     prompt = user["content"]
-    for needle in ("CapabilityError", "orchestrate/#0>orchestrate.gen/#0@3:0", "invalid_parameter",
-                   "image.generate", "`orchestrate/#0>orchestrate.gen/#0`", "3 committed occurrence(s)",
+    site = "orchestrate/#0>orchestrate.gen/#0"
+    for needle in ("CapabilityError", f"{site}@3:0", "invalid_parameter", "image.generate",
+                   f"`{site}`", "3 committed occurrence(s)",
                    FROZEN_LINE, 'size = "999x999" if i == last else "1024x1024"',
                    '"a lighthouse"'):
         assert needle in prompt, needle

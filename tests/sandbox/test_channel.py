@@ -19,8 +19,8 @@ import pytest
 from broker.envelope import Envelope, SandboxLimits
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
-from sandbox.job import SandboxJob, open_rpc_dir
 from sandbox.child import ChildSandbox
+from sandbox.job import SandboxJob, open_rpc_dir
 from sandbox.runner import Launched
 
 SCRIPT = '''async def orchestrate(ctx, args):
@@ -50,11 +50,11 @@ def recv():
 job = recv()
 nonce = job["nonce"]
 def call(**fields):
-    frame = {"seq": 1, "kind": "call", "site": "%s", "path": [], "occurrence": 0,
+    frame = {"seq": 1, "kind": "call", "site": SITE, "path": [], "occurrence": 0,
              "capability": "text.generate", "payload": {"prompt": "hello"}, "take": 1}
     frame.update(fields)
     return frame
-''' % SITE
+'''.replace("SITE", repr(SITE))
 
 
 class ProbeRunner:
