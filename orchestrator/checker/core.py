@@ -19,6 +19,7 @@ from . import api, excepts, fanout, limits, loops, names, recursion, shape
 from .analysis import Analysis
 from .model import CheckReport, Violation, empty_facts
 from .scope import ScriptModel
+from .walk import TreeTooLarge
 
 Rule = Callable[[Analysis], Iterable[Violation]]
 
@@ -66,16 +67,16 @@ def _check(source: Any, capabilities: frozenset[str]) -> CheckReport:
     tree, failure = limits.parse(text)
     if tree is None or failure is not None:
         return _reject(failure or Violation("R00", 1, "the script did not parse", "fix it"))
-    too_big = limits.measure(tree)
-    if too_big is not None:
-        return _reject(too_big)
     return _analyse(tree, capabilities)
 
 
 def _analyse(tree: ast.Module, capabilities: frozenset[str]) -> CheckReport:
-    model = ScriptModel(tree)
+    try:
+        model = ScriptModel(tree)  # the one walk; stops at the R00 tree limits
+    except TreeTooLarge as exc:
+        return _reject(limits.tree_too_large(exc))
     an = Analysis(tree=tree, model=model, capabilities=capabilities)
-    found: list[Violation] = list(limits.huge_literals(tree, model.env))
+    found: list[Violation] = limits.huge_literals(model)
     for _, rule in RULES:
         found.extend(rule(an))
     return CheckReport.from_violations(found, _facts(an))

@@ -66,10 +66,12 @@ class CheckReport:
     @classmethod
     def from_violations(cls, violations: list[Violation] | tuple[Violation, ...],
                         facts: dict[str, Any] | None = None) -> CheckReport:
+        facts = facts if facts is not None else empty_facts()
+        if not violations:
+            return cls(valid=True, violations=(), facts=facts)
         unique = sorted(set(violations), key=lambda v: v.sort_key)
         valid = not any(v.severity == "error" for v in unique)
-        return cls(valid=valid, violations=tuple(unique),
-                   facts=facts if facts is not None else empty_facts())
+        return cls(valid=valid, violations=tuple(unique), facts=facts)
 
     def rules(self) -> list[str]:
         """The rule ids that fired, sorted and deduplicated (handy in tests and logs)."""

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .analysis import Analysis
+from .bindings import FUNCTION_TYPES, FunctionNode
 from .consts import NOT_CONSTANT, Folder, TooLarge
 from .model import Violation
-from .scope import FunctionNode
 
 _ENTRY = "async def orchestrate(ctx, args):"
 # Top-level statements another rule already names more precisely.
@@ -115,18 +115,19 @@ _FORBIDDEN: dict[type[ast.AST], tuple[str, str]] = {
 
 
 def check_constructs(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        entry = _FORBIDDEN.get(type(node))
-        if entry is not None:
-            yield Analysis.violation("R11", node, entry[0], entry[1])
-        if isinstance(node, FunctionNode) and node.decorator_list:
+    for kind in _FORBIDDEN.keys() & an.model.buckets.keys():
+        message, hint = _FORBIDDEN[kind]
+        for node in an.nodes(kind):
+            yield Analysis.violation("R11", node, message, hint)
+    for node in an.nodes(*FUNCTION_TYPES):
+        if node.decorator_list:
             yield Analysis.violation("R11", node.decorator_list[0],
                                      f"decorator on {node.name} is not allowed",
                                      "remove the decorator and call helpers explicitly")
-        if isinstance(node, ast.Delete):
-            yield from _delete(node)
-        if isinstance(node, ast.Await):
-            yield from _await(an, node)
+    for node in an.nodes(ast.Delete):
+        yield from _delete(node)
+    for node in an.nodes(ast.Await):
+        yield from _await(an, node)
 
 
 def _delete(node: ast.Delete) -> Iterator[Violation]:

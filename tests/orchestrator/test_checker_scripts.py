@@ -153,3 +153,49 @@ def test_frame_and_code_walks_are_rejected(walk: str) -> None:
     report = check("async def orchestrate(ctx, args):\n    " + walk + "\n")
     assert not report.valid
     assert "R06" in {v.rule for v in report.violations}
+
+
+# ---- the scripts the project ships stay valid ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted([*(ROOT / "tests" / "fixtures" / "scripts").glob("*.py"),
+                  *(ROOT / "orchestrator" / "demo").glob("*.script")])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_scripts_stay_valid(path: Path) -> None:
+    report = check(path.read_text(encoding="utf-8"))
+    assert report.valid, report.to_json()
+
+
+def test_shipped_scripts_are_found() -> None:
+    assert len(SHIPPED) >= 20
+
+
+# ---- the quick prescan never disagrees with the token scan -----------------------------------
+
+_PRESCAN_SAMPLES = [
+    *DEEP,
+    "x = '" + "(" * 50 + "'\n",
+    "# " + "(" * 50 + "\n",
+    '"""\n' + "((((" * 20 + '\n"""\n',
+    "x = '" + "-" * 60 + "'\n",
+    "x = " + "- " * 30 + "not " * 20 + "1\n",
+    "x = a" + " ** b" * 30 + "\n",
+    "x = " + "(" * 41 + "1" + ")" * 41 + "\n",
+    "x = " + "(" * 40 + "1" + ")" * 40 + "\n",
+    "x = (\n" + "  [\n" * 45 + "  ]\n" * 45 + ")\n",
+    "x = 1 \\\n" + " - \\\n" * 45 + " 1\n",
+    "".join(" " * i + "if a:\n" for i in range(30)) + " " * 30 + "pass\n",
+    "".join("\t" * i + "if a:\n" for i in range(26)) + "\t" * 26 + "pass\n",
+]
+
+
+@pytest.mark.parametrize("text", _PRESCAN_SAMPLES, ids=range(len(_PRESCAN_SAMPLES)))
+def test_quick_prescan_is_an_over_estimate(text: str) -> None:
+    from orchestrator.checker import limits
+
+    exact = limits.token_scan(text)
+    assert limits.prescan(text) == exact
+    if limits._surely_shallow(text):
+        assert exact is None
