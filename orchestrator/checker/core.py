@@ -15,7 +15,7 @@ from broker.catalog import CAPABILITY_NAMES
 from broker.errors import InputError
 from orchestrator.source import decode_source
 
-from . import api, excepts, fanout, limits, loops, names, recursion, shape
+from . import api, attributes, excepts, fanout, limits, loops, names, recursion, shape
 from .analysis import Analysis
 from .model import CheckReport, Violation, empty_facts
 from .scope import ScriptModel
@@ -32,7 +32,9 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("R04", loops.check_determinism),
     ("R05", fanout.check_fanout),
     ("R06", names.check_identifiers),
-    ("R06", names.check_strings),
+    ("R06", attributes.check_attributes),
+    ("R06", attributes.check_percent_format),
+    ("R10", names.check_reserved_strings),
     ("R07", names.check_free_names),
     ("R08", api.check_capabilities),
     ("R09", excepts.check_excepts),

@@ -14,7 +14,7 @@ RULE_TITLES: dict[str, str] = {
     "R03": "statically bounded loops",
     "R04": "determinism",
     "R05": "guarded fanout",
-    "R06": "no dunder, private or format-string attribute access",
+    "R06": "attribute access by allowlist, no string formatting",
     "R07": "builtins by allowlist, no undefined names",
     "R08": "capability name from the catalog",
     "R09": "no broad except",

@@ -1,5 +1,5 @@
-"""R06 (dunder, private and format-string access), R07 (builtins by allowlist, no undefined
-names) and the name side of R10 (no imports, ``_site`` reserved in every spelling)."""
+"""Names: dunder identifiers (R06), builtins by allowlist and no undefined names (R07), and
+the name side of R10 (no imports, ``_site`` reserved in every spelling)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ from .bindings import FUNCTION_TYPES
 from .builtins import (
     ALLOWED_BUILTINS,
     DENIED_BUILTIN_REASONS,
-    FORMAT_METHODS,
     IMPORT_NAMES,
-    INTROSPECTION_ATTRIBUTES,
     NONDETERMINISTIC_NAMES,
     REFLECTION_NAMES,
 )
@@ -22,7 +20,6 @@ from .model import Violation
 
 SITE = "_site"
 SITE_HINT = "remove it: _site is reserved for the host, which assigns call sites itself"
-_FSTRING_HINT = 'use an f-string with plain names: f"{name} has {count} items"'
 
 
 def _r06(node: ast.AST, message: str, hint: str) -> Violation:
@@ -58,37 +55,17 @@ def check_identifiers(an: Analysis) -> Iterator[Violation]:
     for kw in an.nodes(ast.keyword):
         if kw.arg is not None and (kw.arg.startswith("_") or not kw.arg.isascii()):
             yield from _identifier(kw.value, kw.arg, "keyword argument")
-    for attribute in an.nodes(ast.Attribute):
-        yield from _attribute(attribute)
     for node in an.nodes(ast.Import, ast.ImportFrom):
         yield _r10(node, "imports are not allowed",
                    "remove the import; call capabilities with await ctx.run(...) and use "
                    "the allowed builtins")
 
 
-def _attribute(node: ast.Attribute) -> Iterator[Violation]:
-    attr = nfkc(node.attr)
-    if attr == SITE:
-        yield _r10(node, f"the attribute {SITE} is reserved for the host")
-    elif attr.startswith("_"):
-        kind = "dunder" if attr.startswith("__") else "private"
-        yield _r06(node, f"{kind} attribute access .{attr} is not allowed",
-                   "use only public methods of str, list and dict, and the ctx methods")
-    elif attr in FORMAT_METHODS:
-        yield _r06(node, f".{attr}() can read attributes through its format string",
-                   _FSTRING_HINT)
-    elif attr in INTROSPECTION_ATTRIBUTES:
-        yield _r06(node, f".{attr} reaches interpreter internals (frames, code, tracebacks)",
-                   "work with the values your calls return; scripts never inspect frames, "
-                   "generators or code objects")
-
-
 _TEXT_PARTS = (ast.BinOp, ast.JoinedStr, ast.FormattedValue)
 
 
-def check_strings(an: Analysis) -> Iterator[Violation]:
-    """``_site`` spelled as data (a literal, constant concatenation or an f-string), and
-    %-formatting."""
+def check_reserved_strings(an: Analysis) -> Iterator[Violation]:
+    """``_site`` spelled as data: a literal, constant concatenation or an f-string."""
     env = an.model.env
     for node in an.nodes(ast.Constant):
         value = node.value
@@ -101,17 +78,6 @@ def check_strings(an: Analysis) -> Iterator[Violation]:
         value = fold_quiet(node, env)
         if isinstance(value, str) and nfkc(value).strip() == SITE:
             yield _r10(node, f"the string {SITE!r} is reserved for the host")
-    for node in an.nodes(ast.BinOp):
-        if isinstance(node.op, ast.Mod) and _is_text(an, node):
-            yield _r06(node, "%-formatting can read attributes through its format string",
-                       _FSTRING_HINT)
-
-
-def _is_text(an: Analysis, node: ast.BinOp) -> bool:
-    left = node.left
-    if isinstance(left, ast.JoinedStr):
-        return True
-    return isinstance(fold_quiet(left, an.model.env), str | bytes)
 
 
 def check_free_names(an: Analysis) -> Iterator[Violation]:

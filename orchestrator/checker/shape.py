@@ -132,7 +132,8 @@ def check_constructs(an: Analysis) -> Iterator[Violation]:
 
 def _delete(node: ast.Delete) -> Iterator[Violation]:
     for target in node.targets:
-        if not isinstance(target, ast.Name | ast.Subscript):
+        # an attribute target is R06 (attribute store and delete)
+        if not isinstance(target, ast.Name | ast.Subscript | ast.Attribute):
             yield Analysis.violation("R11", target, "del is only allowed on names and "
                                      "subscripts (del d[\"key\"])",
                                      "delete dict keys or list items with del x[key]")

@@ -84,6 +84,10 @@ REJECT = [
     ("R06", 2, script('return "%s" % args\n')),
     ("R06", 2, script('return getattr(args, "x")\n')),
     ("R06", 2, script("return __builtins__\n")),
+    ("R06", 2, script("args.x = 1\n")),
+    ("R06", 2, script("f = args.get\n")),
+    ("R06", 2, script("return args.get_loop()\n")),
+    ("R06", 2, script('return args["tmpl"] % args\n')),
     ("R07", 2, script('return eval("1")\n')),
     ("R07", 2, script('return open("/etc/passwd")\n')),
     ("R07", 2, script("return type(args)\n")),
@@ -240,6 +244,16 @@ ACCEPT = {
             r = None
         return r
         """),
+    "R06-data-methods-error-fields-and-remainders": script(
+        """\
+        parts = [p.strip().lower() for p in args["parts"][:4]]
+        odd = [i for i in range(8) if i % 2]
+        try:
+            r = await ctx.run("text.generate", {"prompt": ", ".join(parts)})
+        except CapabilityError as e:
+            r = {"error": e.message, "code": e.code}
+        return [r.get("text", ""), odd, SIZES[1] % 3]
+        """, before="SIZES = [256, 512]\n\n\n"),
     "R10-strings-mentioning-site": script('return {"site": "_site_map", "x": "my _site"}\n'),
     "R11-del-and-raise": script('d = {"a": 1}\ndel d["a"]\nif not d:\n'
                                 '    raise RuntimeError("empty")\nreturn d\n'),
