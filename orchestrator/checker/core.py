@@ -40,6 +40,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("R09", excepts.check_excepts),
     ("R10", api.check_run_arguments),
     ("R11", shape.check_constructs),
+    ("R11", shape.check_finally_exits),
     ("R12", recursion.check_recursion),
 )
 

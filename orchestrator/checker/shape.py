@@ -146,3 +146,38 @@ def _await(an: Analysis, node: ast.Await) -> Iterator[Violation]:
         yield Analysis.violation("R11", node, "await outside an async function",
                                  "await only inside async def functions (make the helper "
                                  "async def and await it from orchestrate)")
+
+
+# ---- finally ----------------------------------------------------------------------------------
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_STOP_AT = (*FUNCTION_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
+_EXIT_HINT = ("move the {word} after the try statement; a finally block must run to its "
+              "end, because leaving it early would discard the host's safety stop")
+
+
+def check_finally_exits(an: Analysis) -> Iterator[Violation]:
+    """``return``, ``break`` or ``continue`` leaving a ``finally`` block would silently
+    discard whatever was propagating, including the host's safety stops."""
+    for node in an.nodes(ast.Return, ast.Break, ast.Continue):
+        if _leaves_finally(an, node):
+            word = type(node).__name__.lower()
+            yield Analysis.violation("R11", node, f"'{word}' inside a finally block is not "
+                                     "allowed", _EXIT_HINT.format(word=word))
+
+
+def _leaves_finally(an: Analysis, node: ast.stmt) -> bool:
+    loop_exit = not isinstance(node, ast.Return)
+    child: ast.AST = node
+    parent = an.parent(node)
+    while parent is not None and not isinstance(parent, _STOP_AT):
+        if loop_exit and isinstance(parent, _LOOPS) and _in_block(child, parent.body):
+            return False  # break/continue of a loop that is itself inside the block
+        if isinstance(parent, ast.Try | ast.TryStar) and _in_block(child, parent.finalbody):
+            return True
+        child, parent = parent, an.parent(parent)
+    return False
+
+
+def _in_block(node: ast.AST, block: list[ast.stmt]) -> bool:
+    return any(stmt is node for stmt in block)

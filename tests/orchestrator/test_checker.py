@@ -123,6 +123,8 @@ REJECT = [
     ("R11", 2, script("assert args\n")),
     ("R11", 2, script("if (n := 1):\n    pass\n")),
     ("R11", 1, "@staticmethod\n" + HEAD + "    return 1\n"),
+    ("R11", 5, script("try:\n    pass\nfinally:\n    return 1\n")),
+    ("R11", 6, script("for i in range(2):\n    try:\n        pass\n    finally:\n        break\n")),
     ("R11", 2, "def h(ctx):\n    return await ctx.run('image.generate', {})\n" + HEAD
      + "    return h(ctx)\n"),
     ("R12", 2, "def f(n):\n    return f(n)\n" + HEAD + "    return f(1)\n"),

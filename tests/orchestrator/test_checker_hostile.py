@@ -109,6 +109,25 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "unlisted-dict-method": (_script("return dict.fromkeys([1])\n"), "R06"),
     "unlisted-public-name": (_script("return args.whatever\n"), "R06"),
     "ctx-method-store": (_script("ctx.run = None\nreturn 1\n"), "R06"),
+    # ---- finally exits ------------------------------------------------------------------
+    "finally-return": (_script(
+        'try:\n    await ctx.run("text.generate", {"prompt": "x"})\nfinally:\n    return 1\n'),
+        "R11"),
+    "finally-break": (_script(
+        "for i in range(3):\n    try:\n"
+        '        await ctx.run("text.generate", {"prompt": "x"})\n'
+        "    finally:\n        break\nreturn 1\n"), "R11"),
+    "finally-continue": (_script(
+        "for i in range(3):\n    try:\n"
+        '        await ctx.run("text.generate", {"prompt": "x"})\n'
+        "    finally:\n        continue\nreturn 1\n"), "R11"),
+    "finally-nested-return": (_script(
+        'try:\n    await ctx.run("text.generate", {"prompt": "x"})\nfinally:\n'
+        "    if args:\n        for i in range(2):\n            return i\n"), "R11"),
+    "finally-break-from-loop-else": (_script(
+        "for i in range(3):\n    try:\n        pass\n    finally:\n"
+        "        for j in range(2):\n            pass\n        else:\n            break\n"
+        "return 1\n"), "R11"),
     # ---- reflection and refused builtins ------------------------------------------------
     "getattr": (_script('return getattr(args, "get")("k")\n'), "R06"),
     "setattr": (_script('setattr(args, "x", 1)\nreturn 1\n'), "R06"),
