@@ -15,7 +15,7 @@ from broker.catalog import CAPABILITY_NAMES
 from broker.errors import InputError
 from orchestrator.source import decode_source
 
-from . import api, attributes, excepts, fanout, limits, loops, names, recursion, shape
+from . import api, attributes, excepts, fanout, limits, loops, names, recursion, shape, state
 from .analysis import Analysis
 from .model import CheckReport, Violation, empty_facts
 from .scope import ScriptModel
@@ -41,6 +41,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("R10", api.check_run_arguments),
     ("R11", shape.check_constructs),
     ("R11", shape.check_finally_exits),
+    ("R11", state.check_module_state),
     ("R12", recursion.check_recursion),
 )
 

@@ -19,7 +19,7 @@ RULE_TITLES: dict[str, str] = {
     "R08": "capability name from the catalog",
     "R09": "no broad except",
     "R10": "no imports, _site reserved, plain ctx.run arguments",
-    "R11": "forbidden constructs, no exit from finally",
+    "R11": "forbidden constructs, no exit from finally, read-only top-level constants",
     "R12": "no recursion",
 }
 

@@ -125,6 +125,8 @@ REJECT = [
     ("R11", 1, "@staticmethod\n" + HEAD + "    return 1\n"),
     ("R11", 5, script("try:\n    pass\nfinally:\n    return 1\n")),
     ("R11", 6, script("for i in range(2):\n    try:\n        pass\n    finally:\n        break\n")),
+    ("R11", 5, script('CACHE["k"] = 1\n', before="CACHE = {}\n\n\n")),
+    ("R11", 6, script("x = SEEN\nx.append(1)\n", before="SEEN = []\n\n\n")),
     ("R11", 2, "def h(ctx):\n    return await ctx.run('image.generate', {})\n" + HEAD
      + "    return h(ctx)\n"),
     ("R12", 2, "def f(n):\n    return f(n)\n" + HEAD + "    return f(1)\n"),
@@ -255,6 +257,16 @@ ACCEPT = {
         except CapabilityError as e:
             r = {"error": e.message, "code": e.code}
         return [r.get("text", ""), odd, SIZES[1] % 3]
+        """, before="SIZES = [256, 512]\n\n\n"),
+    "R11-finally-and-copied-constants": script(
+        """\
+        sizes = list(SIZES)
+        sizes.append(1024)
+        try:
+            r = await ctx.run("text.generate", {"prompt": "x"})
+        finally:
+            ctx.log("done")
+        return [sizes, r]
         """, before="SIZES = [256, 512]\n\n\n"),
     "R10-strings-mentioning-site": script('return {"site": "_site_map", "x": "my _site"}\n'),
     "R11-del-and-raise": script('d = {"a": 1}\ndel d["a"]\nif not d:\n'

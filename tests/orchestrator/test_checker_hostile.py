@@ -128,6 +128,44 @@ HOSTILE: dict[str, tuple[str, str]] = {
         "for i in range(3):\n    try:\n        pass\n    finally:\n"
         "        for j in range(2):\n            pass\n        else:\n            break\n"
         "return 1\n"), "R11"),
+    # ---- module-level state -------------------------------------------------------------
+    "module-dict-subscript-store": (_script('CACHE["k"] = 1\nreturn CACHE\n',
+                                           before="CACHE = {}\n\n\n"), "R11"),
+    "module-dict-in-helper": (_script('return remember("a")\n', before=(
+        "CACHE = {}\n\n\ndef remember(k):\n    CACHE[k] = 1\n    return CACHE\n\n\n")), "R11"),
+    "module-list-append": (_script("SEEN.append(1)\nreturn SEEN\n",
+                                   before="SEEN = []\n\n\n"), "R11"),
+    "module-alias-mutated": (_script('x = CACHE\nx["k"] = 1\nreturn 1\n',
+                                     before="CACHE = {}\n\n\n"), "R11"),
+    "module-alias-chain": (_script("x = SEEN\ny = x\ny.extend([1])\nreturn 1\n",
+                                   before="SEEN = []\n\n\n"), "R11"),
+    "module-subscript-augassign": (_script('COUNTS["n"] += 1\nreturn 1\n',
+                                           before='COUNTS = {"n": 0}\n\n\n'), "R11"),
+    "module-name-augassign": (_script("SEEN += [1]\nreturn 1\n",
+                                      before="SEEN = []\n\n\n"), "R11"),
+    "module-alias-augassign": (_script("x = SEEN\nx += [1]\nreturn 1\n",
+                                       before="SEEN = []\n\n\n"), "R11"),
+    "module-delete": (_script('del CACHE["k"]\nreturn 1\n',
+                              before='CACHE = {"k": 1}\n\n\n'), "R11"),
+    "module-nested-append": (_script('CONFIG["sizes"].append(1)\nreturn 1\n',
+                                     before='CONFIG = {"sizes": [1]}\n\n\n'), "R11"),
+    "module-loop-var-mutated": (_script('for row in ROWS:\n    row["seen"] = True\nreturn 1\n',
+                                        before='ROWS = [{"a": 1}]\n\n\n'), "R11"),
+    "module-passed-to-mutating-helper": (_script("fill(SEEN)\nreturn SEEN\n", before=(
+        "SEEN = []\n\n\ndef fill(acc):\n    acc.append(1)\n    return acc\n\n\n")), "R11"),
+    "module-setdefault": (_script('CACHE.setdefault("k", []).append(1)\nreturn 1\n',
+                                  before="CACHE = {}\n\n\n"), "R11"),
+    "module-clear-sort-pop": (_script("SEEN.sort()\nSEEN.pop()\nSEEN.clear()\nreturn 1\n",
+                                      before="SEEN = [2, 1]\n\n\n"), "R11"),
+    "module-into-pipeline-stage": (_script("return await ctx.pipeline([stage], SEEN)\n", before=(
+        "SEEN = []\n\n\nasync def stage(acc):\n    acc.append(1)\n    return acc\n\n\n")),
+        "R11"),
+    "module-through-dag-results": (_script(
+        'return await ctx.dag({"a": (give, []), "b": (take, ["a"])})\n', before=(
+            "SEEN = []\n\n\nasync def give():\n    return SEEN\n\n\n"
+            'async def take(deps):\n    deps["a"].append(1)\n    return 1\n\n\n')), "R11"),
+    "module-get-then-mutate": (_script('CONFIG.get("sizes").append(1)\nreturn 1\n',
+                                       before='CONFIG = {"sizes": [1]}\n\n\n'), "R11"),
     # ---- reflection and refused builtins ------------------------------------------------
     "getattr": (_script('return getattr(args, "get")("k")\n'), "R06"),
     "setattr": (_script('setattr(args, "x", 1)\nreturn 1\n'), "R06"),
