@@ -1,7 +1,8 @@
 """Allowlists as data; the rule modules only look names up here.
 
-The dicts of refused names below only explain *why* a name is refused; they never
-decide whether it is.
+What a script may name and call comes from ``sandbox.language`` (the table the sandbox
+runtime is built from). The dicts of refused names below only explain *why* a name is
+refused; they never decide whether it is.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from sandbox import language
 
 # ---- ctx ----------------------------------------------------------------------------------
 
-# ctx method -> (positional arity, awaited?)
-CTX_METHODS: dict[str, tuple[int, bool]] = {
+# ctx method -> (positional arity, awaited?); the method names come from sandbox.language.
+_CTX_SHAPES: dict[str, tuple[int, bool]] = {
     "run": (2, True),
     "parallel": (1, True),
     "pipeline": (2, True),
@@ -19,6 +20,11 @@ CTX_METHODS: dict[str, tuple[int, bool]] = {
     "race": (1, True),
     "log": (1, False),
 }
+CTX_METHODS: dict[str, tuple[int, bool]] = {
+    name: _CTX_SHAPES[name] for name in language.CTX_METHODS}
+# Keyword arguments of ctx.run a script may write, and the largest literal take=.
+RUN_KEYWORDS: frozenset[str] = frozenset(language.RUN_KEYWORDS)
+MAX_TAKE: int = language.MAX_TAKE
 FANOUT_METHODS: frozenset[str] = frozenset({"parallel", "race"})
 
 CTX_USAGE: dict[str, str] = {
@@ -43,19 +49,12 @@ OLD_API_HINTS: dict[str, str] = {
     "emit": "log",
 }
 
-# ---- builtins -----------------------------------------------------------------------------
+# ---- builtins ---------------------------------------------------------------------------
+# One table for both walls: the names come from sandbox.language, which the sandbox runtime
+# provides exactly. Never list them again here.
 
-CATCHABLE_ERRORS: frozenset[str] = frozenset({
-    "CapabilityError", "ValueError", "KeyError", "IndexError", "TypeError",
-    "ZeroDivisionError", "RuntimeError",
-})
-
-ALLOWED_BUILTINS: frozenset[str] = frozenset({
-    "len", "range", "enumerate", "zip", "min", "max", "sum", "sorted", "reversed",
-    "abs", "round", "str", "int", "float", "bool", "list", "dict", "tuple", "set",
-    "frozenset", "any", "all", "isinstance", "print", "repr", "chr", "ord", "divmod",
-    "True", "False", "None",
-}) | CATCHABLE_ERRORS
+CATCHABLE_ERRORS: frozenset[str] = frozenset(language.CATCHABLE_ERRORS)
+ALLOWED_BUILTINS: frozenset[str] = language.BUILTIN_NAMES
 
 # Free names that would be clocks, randomness or hidden inputs (reported as R04, not R07).
 NONDETERMINISTIC_NAMES: dict[str, str] = {
@@ -138,6 +137,7 @@ DENIED_BUILTIN_REASONS: dict[str, str] = {
     "BaseException": "is too broad; raise ValueError or RuntimeError",
     "pow": "can build huge integers; use ** with small constants",
     "format": "runs format specs; use an f-string",
+    "repr": "shows memory addresses for functions and coroutines; use str() or an f-string",
     "map": "is lazy; use a list comprehension", "filter": "is lazy; use a list comprehension",
 }
 

@@ -93,6 +93,7 @@ REJECT = [
     ("R07", 2, script("return type(args)\n")),
     ("R07", 2, script("return secret_value\n")),
     ("R07", 2, script('raise Exception("x")\n')),
+    ("R07", 2, script("return repr(args)\n")),
     ("R08", 2, script('return await ctx.run("image.gen", {})\n')),
     ("R08", 3, script('name = "image.generate"\nreturn await ctx.run(name, {})\n')),
     ("R08", 2, script('return await ctx.run(f"image.{args}", {})\n')),
@@ -233,8 +234,9 @@ ACCEPT = {
         'for _ in range(2):\n    pass\nreturn f"{args!r} {len(args):>4}"\n'),
     "R07-allowed-builtins": script(
         'return [len("a"), abs(-1), round(1.5), str(1), int("1"), float(1), bool(0),'
-        ' dict(a=1), tuple([1]), any([]), all([]), isinstance(1, int), repr(1),'
-        ' divmod(5, 2), chr(65), ord("a"), max(1, 2), min(1, 2), sum([1])]\n'),
+        ' dict(a=1), tuple([1]), any([]), all([]), isinstance(1, int), divmod(5, 2),'
+        ' chr(65), ord("a"), max(1, 2), min(1, 2), sum([1]), len(set([1])),'
+        ' len(frozenset([1])), list(reversed([1])), list(zip([1], [2]))]\n'),
     "R08-granted-capabilities": script(
         'a = await ctx.run("image.generate", {"prompt": "x"})\n'
         'b = await ctx.run("review.visual", {"image": a})\nreturn b\n'),

@@ -167,6 +167,7 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "module-get-then-mutate": (_script('CONFIG.get("sizes").append(1)\nreturn 1\n',
                                        before='CONFIG = {"sizes": [1]}\n\n\n'), "R11"),
     # ---- reflection and refused builtins ------------------------------------------------
+    "repr": (_script("return repr(args)\n"), "R07"),
     "getattr": (_script('return getattr(args, "get")("k")\n'), "R06"),
     "setattr": (_script('setattr(args, "x", 1)\nreturn 1\n'), "R06"),
     "hasattr": (_script('return hasattr(args, "x")\n'), "R06"),

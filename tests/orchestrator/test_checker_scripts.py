@@ -172,6 +172,42 @@ def test_shipped_scripts_are_found() -> None:
     assert len(SHIPPED) >= 20
 
 
+# ---- one builtins table for the checker and the sandbox ---------------------------------------
+
+def test_builtins_tables_come_from_the_language_table() -> None:
+    from orchestrator.checker import builtins as table
+    from sandbox import language
+
+    assert table.ALLOWED_BUILTINS == language.BUILTIN_NAMES
+    assert table.CATCHABLE_ERRORS == frozenset(language.CATCHABLE_ERRORS)
+    assert set(table.CTX_METHODS) == set(language.CTX_METHODS)
+    assert table.DATA_METHODS == language.DATA_METHODS
+    assert table.ERROR_FIELDS == language.ERROR_FIELDS
+
+
+def _accepts_free_name(name: str) -> bool:
+    return check(HEAD + f"    value = {name}\n    return 1\n").valid
+
+
+def test_free_names_the_checker_accepts_are_exactly_the_language_builtins() -> None:
+    import builtins
+
+    from orchestrator.checker.builtins import DENIED_BUILTIN_REASONS, NONDETERMINISTIC_NAMES
+    from sandbox import language
+
+    candidates = (set(dir(builtins)) | set(language.BUILTIN_NAMES)
+                  | set(DENIED_BUILTIN_REASONS) | set(NONDETERMINISTIC_NAMES)
+                  | {"CapabilityError", "ScriptStopped", "asyncio", "ctx_", "loop"})
+    accepted = {name for name in candidates if _accepts_free_name(name)}
+    assert accepted == set(language.BUILTIN_NAMES)
+
+
+def test_repr_is_refused_with_a_hint() -> None:
+    report = check(HEAD + "    return repr(args)\n")
+    (violation,) = report.violations
+    assert violation.rule == "R07" and "str()" in violation.message
+
+
 # ---- the quick prescan never disagrees with the token scan -----------------------------------
 
 _PRESCAN_SAMPLES = [
