@@ -6,7 +6,14 @@ import ast
 from collections.abc import Iterator
 
 from .analysis import Analysis, nfkc, snippet
-from .builtins import CTX_METHODS, CTX_USAGE, FANOUT_METHODS, OLD_API_HINTS
+from .builtins import (
+    CTX_METHODS,
+    CTX_USAGE,
+    FANOUT_METHODS,
+    MAX_TAKE,
+    OLD_API_HINTS,
+    RUN_KEYWORDS,
+)
 from .model import Violation
 from .scope import COMPREHENSIONS, positional_params
 
@@ -180,16 +187,9 @@ def check_capabilities(an: Analysis) -> Iterator[Violation]:
 def check_run_arguments(an: Analysis) -> Iterator[Violation]:
     usage = CTX_USAGE["run"]
     for call, _ in an.ctx_calls("run"):
+        seen: set[str] = set()
         for kw in call.keywords:
-            if kw.arg is None:
-                yield Analysis.violation("R10", kw.value, "**kwargs in ctx.run is not allowed",
-                                         f"pass the payload dict positionally: {usage}")
-            elif nfkc(kw.arg) == "_site":
-                continue  # names.check_identifiers reports the reserved keyword
-            else:
-                yield Analysis.violation("R10", kw.value,
-                                         f"ctx.run takes no keyword arguments ({kw.arg}=)",
-                                         f"put every field in the payload dict: {usage}")
+            yield from _run_keyword(kw, seen, usage)
         if any(isinstance(a, ast.Starred) for a in call.args):
             yield Analysis.violation("R10", call, "*args in ctx.run hides the capability",
                                      f"write both arguments out: {usage}")
@@ -198,3 +198,34 @@ def check_run_arguments(an: Analysis) -> Iterator[Violation]:
                                      f"ctx.run takes exactly two positional arguments, "
                                      f"got {len(call.args)}",
                                      f"call it as {usage}")
+
+
+_TAKE_HINT = (f"write take=N with a literal N from 1 to {MAX_TAKE}, e.g. "
+              'await ctx.run("image.generate", {...}, take=2), or leave it out')
+
+
+def _run_keyword(kw: ast.keyword, seen: set[str], usage: str) -> Iterator[Violation]:
+    """``take=<int literal 1..MAX_TAKE>`` once; ``_site`` is reported by names.py."""
+    if kw.arg is None:
+        yield Analysis.violation("R10", kw.value, "**kwargs in ctx.run is not allowed",
+                                 f"pass the payload dict positionally: {usage}")
+        return
+    name = nfkc(kw.arg)
+    if name == "_site":
+        return  # names.check_identifiers reports the reserved keyword
+    if name not in RUN_KEYWORDS:
+        yield Analysis.violation("R10", kw.value,
+                                 f"ctx.run takes no keyword argument {kw.arg}=",
+                                 f"put every field in the payload dict: {usage}; the only "
+                                 "keyword is take=N")
+        return
+    if name in seen:
+        yield Analysis.violation("R10", kw.value, f"ctx.run takes {name}= only once",
+                                 _TAKE_HINT)
+        return
+    seen.add(name)
+    value = kw.value.value if isinstance(kw.value, ast.Constant) else None
+    if not (type(value) is int and 1 <= value <= MAX_TAKE):
+        yield Analysis.violation("R10", kw.value,
+                                 f"take= must be an integer literal from 1 to {MAX_TAKE}, "
+                                 f"not {snippet(kw.value, 30)}", _TAKE_HINT)

@@ -18,7 +18,7 @@ RULE_TITLES: dict[str, str] = {
     "R07": "builtins by allowlist, no undefined names",
     "R08": "capability name from the catalog",
     "R09": "no broad except",
-    "R10": "no imports, _site reserved, plain ctx.run arguments",
+    "R10": "no imports, _site reserved, plain ctx.run arguments (take=N only)",
     "R11": "forbidden constructs, no exit from finally, read-only top-level constants",
     "R12": "no recursion",
 }

@@ -115,6 +115,8 @@ REJECT = [
     ("R10", 2, script('return await ctx.run("image.generate", **{"payload": {}})\n')),
     ("R10", 2, script('return await ctx.run("image.generate", payload={})\n')),
     ("R10", 2, script('return await ctx.run("image.generate")\n')),
+    ("R10", 2, script('return await ctx.run("image.generate", {}, take=0)\n')),
+    ("R10", 2, script('return await ctx.run("image.generate", {}, take=args["n"])\n')),
     ("R11", 2, script("global X\n")),
     ("R11", 1, "class A:\n    pass\n" + HEAD + "    return 1\n"),
     ("R11", 2, script("f = lambda x: x\n")),
@@ -260,6 +262,7 @@ ACCEPT = {
             r = {"error": e.message, "code": e.code}
         return [r.get("text", ""), odd, SIZES[1] % 3]
         """, before="SIZES = [256, 512]\n\n\n"),
+    "R10-take": script('return await ctx.run("image.generate", {"prompt": "x"}, take=2)\n'),
     "R11-finally-and-copied-constants": script(
         """\
         sizes = list(SIZES)

@@ -175,6 +175,20 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "type": (_script("return type(args)\n"), "R07"),
     "subclasses": (_script("return args.__class__.__subclasses__()\n"), "R06"),
     "bound-method-self": (_script('return "".join.__self__\n'), "R06"),
+    # ---- ctx.run take= ------------------------------------------------------------------
+    "take-zero": (_script('return await ctx.run("image.generate", {}, take=0)\n'), "R10"),
+    "take-name": (_script('return await ctx.run("image.generate", {}, take=args["n"])\n'),
+                  "R10"),
+    "take-float": (_script('return await ctx.run("image.generate", {}, take=2.0)\n'), "R10"),
+    "take-bool": (_script('return await ctx.run("image.generate", {}, take=True)\n'), "R10"),
+    "take-too-many": (_script('return await ctx.run("image.generate", {}, take=101)\n'),
+                      "R10"),
+    "take-expression": (_script('return await ctx.run("image.generate", {}, take=1 + 1)\n'),
+                        "R10"),
+    "take-and-other-keyword": (_script(
+        'return await ctx.run("image.generate", {}, take=2, retries=3)\n'), "R10"),
+    "take-twice-via-kwargs": (_script(
+        'return await ctx.run("image.generate", {}, take=2, **{"take": 3})\n'), "R10"),
 }
 
 
@@ -185,6 +199,13 @@ def test_hostile_script_is_rejected(source: str, rule: str) -> None:
     assert rule in report.rules(), report.to_json()
     violation = next(v for v in report.violations if v.rule == rule)
     assert violation.line >= 1 and violation.message and violation.hint
+
+
+def test_take_twice_is_one_r10() -> None:
+    # ast.parse accepts a repeated keyword (only the compiler refuses it): R10 names it.
+    report = check(_script('return await ctx.run("image.generate", {}, take=1, take=2)\n'))
+    assert report.rules() == ["R10"], report.to_json()
+    assert "once" in report.violations[0].message
 
 
 @pytest.mark.parametrize("name", ["send", "throw", "close", "get_loop", "cr_frame",
@@ -237,6 +258,9 @@ LEGITIMATE: dict[str, str] = {
         '        r = await ctx.run("text.generate", {"prompt": str(i)})\n'
         '    except CapabilityError as e:\n        ctx.log(e.message)\n        continue\n'
         '    finally:\n        ctx.log("tried")\n    return r\nreturn None\n'),
+    "take": _script('a = await ctx.run("image.generate", {"prompt": "x"}, take=2)\n'
+                    'b = await ctx.run("image.generate", {"prompt": "y"}, take=100)\n'
+                    "return [a, b]\n"),
     "set-frozenset-chr-ord-divmod": _script(
         'seen = set(args["x"][:4])\nfixed = frozenset(["a", "b"])\n'
         'q, r = divmod(ord("a"), 7)\nreturn [sorted(seen | fixed), chr(65 + r), q]\n'),
