@@ -235,3 +235,16 @@ def test_quick_prescan_is_an_over_estimate(text: str) -> None:
     assert limits.prescan(text) == exact
     if limits._surely_shallow(text):
         assert exact is None
+
+
+def test_rules_doc_lists_the_language_table() -> None:
+    """docs/rules.md is what a model reads: it must name every allowed builtin, data method
+    and error field, and not offer repr."""
+    from sandbox import language
+
+    doc = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## What a script may name"):doc.index("## Decisions")]
+    names = (set(language.BUILTIN_NAMES) | language.DATA_METHODS | language.ERROR_FIELDS)
+    missing = sorted(name for name in names if f"`{name}`" not in section)
+    assert missing == []
+    assert "`repr`" not in section
