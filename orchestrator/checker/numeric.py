@@ -18,6 +18,10 @@ NUMERIC_BUILTINS = frozenset({"int", "float", "len", "abs", "round", "sum", "div
 CHOOSING_BUILTINS = frozenset({"min", "max"})
 # Data methods that return an int on every receiver that has them.
 COUNTING_METHODS = frozenset({"count", "find", "rfind", "index", "rindex", "bit_length"})
+# How many names deep a proof may go (a = b + 1; b = c + 1; ...), and how many names one
+# script may ask about, before giving up (not proven).
+MAX_DEPTH = 60
+MAX_STEPS = 5_000
 
 
 class Numeric:
@@ -26,6 +30,9 @@ class Numeric:
     def __init__(self, model: ScriptModel) -> None:
         self.m = model
         self._names: dict[tuple[int, str], bool] = {}
+        self._busy: set[tuple[int, str]] = set()
+        self._hits: set[tuple[int, str]] = set()
+        self._steps = 0
 
     def expr(self, node: ast.AST | None) -> bool:
         if isinstance(node, ast.Constant):
@@ -80,10 +87,27 @@ class Numeric:
             value = self.m.env.get(node.id)
             return isinstance(value, int | float) and len(bindings) == 1
         key = (id(owner), node.id)
-        if key not in self._names:
-            self._names[key] = False  # a cycle (a = b + 1; b = a + 1) proves nothing
-            self._names[key] = all(self._binding(b) for b in bindings)
-        return self._names[key]
+        if key in self._names:
+            return self._names[key]
+        if key in self._busy:
+            # Met again while being proven (total = total + len(s)): assume it, as an
+            # induction over the run: every value the name takes comes from a binding.
+            self._hits.add(key)
+            return True
+        if len(self._busy) >= MAX_DEPTH or self._steps >= MAX_STEPS:
+            return False  # too long a chain of names to follow: not proven
+        self._steps += 1
+        self._busy.add(key)
+        outer, self._hits = self._hits, set()
+        try:
+            result = all(self._binding(b) for b in bindings)
+        finally:
+            self._busy.discard(key)
+            leaned = self._hits - {key}
+            self._hits = outer | leaned
+        if not leaned:  # a proof that leans on an unfinished outer one is not kept
+            self._names[key] = result
+        return result
 
     def _binding(self, binding: Binding) -> bool:
         value = binding.value

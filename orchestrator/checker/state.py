@@ -15,7 +15,7 @@ parameters and helper return values, and into functions run by ``ctx.pipeline`` 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from typing import Any
 
 from .analysis import Analysis, snippet
@@ -33,6 +33,9 @@ _COPY_BUILTINS = frozenset({"list", "dict", "tuple", "set", "frozenset", "sorted
 _COPY_METHODS = frozenset({"copy", "values", "items", "keys"})
 _ELEMENT_METHODS = frozenset({"get", "pop", "setdefault"})
 _MAX_DEPTH = 64
+MAX_QUERY_DEPTH = 60  # queries open at once (x2 = x1; x1 = CONST; ...)
+MAX_STEPS = 5_000  # queries computed per script
+MAX_ROUNDS = 64  # rounds of one fixpoint (the clamped lattice is small)
 
 
 def mutable_depths(value: Any, depth: int = 0, found: set[int] | None = None) -> set[int]:
@@ -75,14 +78,64 @@ class Taints:
     def __init__(self, model: ScriptModel, mutable: dict[str, set[int]]) -> None:
         self.m = model
         self.mutable = mutable
-        self._names: dict[tuple[int, str], Taint] = {}
-        self._returns: dict[int, Taint] = {}
-        self._runtime: Taint | None = None
+        self._final: dict[Hashable, Taint] = {}
+        self._provisional: dict[Hashable, Taint] = {}
+        self._busy: set[Hashable] = set()
+        self._hits: set[Hashable] = set()
+        self._steps = 0
+        # Depths and share levels are clamped to a small box, so fixpoints always settle.
+        self._limit = max(max(depths) for depths in mutable.values()) + 2
+        # Any mutable part of any constant: the answer when a query is too deep to follow.
+        self._anything: Taint = frozenset(
+            (root, depth, 0) for root, depths in mutable.items() for depth in depths)
         self._return_values: dict[int, list[ast.expr]] = {}
         for ret in model.buckets.get(ast.Return, ()):
             owner = model.scope_of(ret).function
             if owner is not None and ret.value is not None:
                 self._return_values.setdefault(id(owner.node), []).append(ret.value)
+
+    def _fixpoint(self, key: Hashable, compute: Callable[[], Taint]) -> Taint:
+        """Memoised least fixpoint of ``compute`` for a name, a function result, ...
+
+        A query met again while it is being computed (x = y; y = x + [z]) answers with its
+        provisional value and the outer query repeats until nothing changes. A result that
+        leaned on an unfinished outer query stays provisional (it is recomputed when asked
+        again), so no unfinished guess is ever kept as final."""
+        if key in self._final:
+            return self._final[key]
+        if key in self._busy:
+            self._hits.add(key)
+            return self._provisional.get(key, CLEAN)
+        if len(self._busy) >= MAX_QUERY_DEPTH or self._steps >= MAX_STEPS:
+            return self._anything  # too deep or too much to follow: assume the worst
+        self._steps += 1
+        self._busy.add(key)
+        outer, leaned = self._hits, set()
+        result = self._provisional.get(key, CLEAN)
+        try:
+            for _ in range(MAX_ROUNDS):
+                self._hits = set()
+                new = result | self._clamp(compute())
+                leaned |= self._hits - {key}
+                settled = key not in self._hits or new == result
+                result = new
+                if settled:
+                    break
+                self._provisional[key] = result
+            else:
+                result |= self._anything
+        finally:
+            self._busy.discard(key)
+            self._hits = outer | leaned
+        if leaned:
+            self._provisional[key] = result
+        else:
+            self._final[key] = result
+        return result
+
+    def _clamp(self, taint: Taint) -> Taint:
+        limit = self._limit
+        return frozenset((r, min(max(d, -limit), limit), min(k, limit)) for r, d, k in taint)
 
     def changes_constant(self, taint: Taint) -> str | None:
         for root, depth, shared in sorted(taint):
@@ -144,11 +197,9 @@ class Taints:
         return CLEAN
 
     def _function_result(self, func: ast.AST) -> Taint:
-        key = id(func)
-        if key not in self._returns:
-            self._returns[key] = CLEAN  # recursion is R12's business
-            self._returns[key] = _union(self.expr(v) for v in self._return_values.get(key, []))
-        return self._returns[key]
+        values = self._return_values.get(id(func), [])
+        return self._fixpoint(("return", id(func)),
+                              lambda: _union(self.expr(v) for v in values))
 
     # ---- names ---------------------------------------------------------------------------
 
@@ -158,11 +209,8 @@ class Taints:
             return CLEAN
         if owner is self.m.module:
             return frozenset({(node.id, 0, 0)}) if node.id in self.mutable else CLEAN
-        key = (id(owner), node.id)
-        if key not in self._names:
-            self._names[key] = CLEAN  # a cycle adds nothing new
-            self._names[key] = _union(self._binding(owner, b) for b in bindings)
-        return self._names[key]
+        return self._fixpoint(("name", id(owner), node.id),
+                              lambda: _union(self._binding(owner, b) for b in bindings))
 
     def _binding(self, owner: Scope, binding: Binding) -> Taint:
         if binding.kind == "assign":
@@ -228,20 +276,20 @@ class Taints:
         """What the runtime may pass to a function handed over as a value: the initial
         value of a ctx.pipeline or another stage's result, or (ctx.dag) a fresh dict of
         other nodes' results. Followed for every such function alike (conservative)."""
-        if self._runtime is None:
-            self._runtime = CLEAN  # a stage's result may depend on its own parameter
-            found: list[Taint] = []
-            for call in self.m.buckets.get(ast.Call, ()):
-                func = call.func
-                if not (isinstance(func, ast.Attribute) and func.attr in ("pipeline", "dag")
-                        and self.m.is_ctx(func.value)):
-                    continue
-                if func.attr == "pipeline" and len(call.args) > 1:
-                    found.append(self.expr(call.args[1]))
-                results = _union(self._function_result(f) for f in self._functions_in(call))
-                found.append(_wrap(results) if func.attr == "dag" else results)
-            self._runtime = _union(found)
-        return self._runtime
+        return self._fixpoint(("runtime",), self._runtime_values)
+
+    def _runtime_values(self) -> Taint:
+        found: list[Taint] = []
+        for call in self.m.buckets.get(ast.Call, ()):
+            func = call.func
+            if not (isinstance(func, ast.Attribute) and func.attr in ("pipeline", "dag")
+                    and self.m.is_ctx(func.value)):
+                continue
+            if func.attr == "pipeline" and len(call.args) > 1:
+                found.append(self.expr(call.args[1]))
+            results = _union(self._function_result(f) for f in self._functions_in(call))
+            found.append(_wrap(results) if func.attr == "dag" else results)
+        return _union(found)
 
     def _functions_in(self, call: ast.Call) -> list[ast.AST]:
         """Script functions named anywhere in a ctx.pipeline / ctx.dag argument."""

@@ -80,6 +80,8 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "percent-max-of-strings": (_script('return max(args["a"], "%s") % args\n'), "R06"),
     "percent-param": (_script("return fmt(args)\n",
                               before="def fmt(t):\n    return t % 1\n\n\n"), "R06"),
+    "percent-through-a-cycle": (_script(
+        'a = 1\nb = a * 2\na = b\na = args["s"]\nreturn b % args\n'), "R06"),
     "format-method": (_script('return "{0.__class__}".format(args)\n'), "R06"),
     "format-map": (_script('return "{a}".format_map(args)\n'), "R06"),
     "str-format-unbound": (_script('return str.format("{0}", args)\n'), "R06"),
@@ -164,6 +166,12 @@ HOSTILE: dict[str, tuple[str, str]] = {
         'return await ctx.dag({"a": (give, []), "b": (take, ["a"])})\n', before=(
             "SEEN = []\n\n\nasync def give():\n    return SEEN\n\n\n"
             'async def take(deps):\n    deps["a"].append(1)\n    return 1\n\n\n')), "R11"),
+    "module-alias-cycle": (_script(
+        "b = SEEN\nc = b\nb = c\ny = b[0:]\ny.append(1)\nc.append(1)\nreturn 1\n",
+        before="SEEN = []\n\n\n"), "R11"),
+    "module-alias-too-long-to-follow": (_script(
+        "x0 = SEEN\n" + "".join(f"x{i + 1} = x{i}\n" for i in range(200))
+        + "x200.append(1)\nreturn 1\n", before="SEEN = []\n\n\n"), "R11"),
     "module-get-then-mutate": (_script('CONFIG.get("sizes").append(1)\nreturn 1\n',
                                        before='CONFIG = {"sizes": [1]}\n\n\n'), "R11"),
     # ---- reflection and refused builtins ------------------------------------------------
@@ -244,6 +252,12 @@ LEGITIMATE: dict[str, str] = {
         "return [n % 3, total % 10, -7 % 3, (n + 1) % 2, max(n, 1) % 4, 7.5 % 2]\n"),
     "modulo-module-constant": _script("return [N % 4, args[\"k\"] if N % 2 else 0]\n",
                                       before="N = 10\n\n\n"),
+    "modulo-running-total": _script(
+        'total = 0\nfor s in args["x"][:3]:\n    total = total + len(s)\n'
+        "return [total % 2, SIZES[total % 2] % 7]\n", before="SIZES = [256, 512]\n\n\n"),
+    "list-grown-by-concatenation": _script(
+        'acc = []\nfor s in args["x"][:3]:\n    acc = acc + [s]\nacc.append(SIZES[0])\n'
+        "return acc\n", before="SIZES = [256, 512]\n\n\n"),
     "module-constants-read-and-copied": _script(
         "sizes = list(SIZES)\nsizes.append(64)\nconf = dict(CONF)\nconf[\"extra\"] = 1\n"
         "first = SIZES[0]\nrows = [dict(r) for r in ROWS]\nrows[0][\"seen\"] = True\n"
