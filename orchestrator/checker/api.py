@@ -6,7 +6,14 @@ import ast
 from collections.abc import Iterator
 
 from .analysis import Analysis, nfkc, snippet
-from .builtins import CTX_METHODS, CTX_USAGE, FANOUT_METHODS, OLD_API_HINTS
+from .builtins import (
+    CTX_METHODS,
+    CTX_USAGE,
+    FANOUT_METHODS,
+    MAX_TAKE,
+    OLD_API_HINTS,
+    RUN_KEYWORDS,
+)
 from .model import Violation
 from .scope import COMPREHENSIONS, positional_params
 
@@ -20,20 +27,22 @@ def _r02(node: ast.AST, message: str, hint: str) -> Violation:
 # ---- how ctx itself is used ----------------------------------------------------------------
 
 def check_ctx_uses(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        if isinstance(node, ast.Name) and an.model.is_ctx(node):
-            if isinstance(node.ctx, ast.Load):
-                yield from _ctx_load(an, node)
-            else:
-                yield _r02(node, f"the context parameter {node.id} is reassigned",
-                           f"never assign to {node.id}; use another name for your data")
+    for node in an.model.ctx_name_nodes:
+        if isinstance(node.ctx, ast.Load):
+            found = _ctx_load(an, node)
+            if found is not None:
+                yield found
+        else:
+            yield _r02(node, f"the context parameter {node.id} is reassigned",
+                       f"never assign to {node.id}; use another name for your data")
 
 
-def _ctx_load(an: Analysis, node: ast.Name) -> Iterator[Violation]:
+def _ctx_load(an: Analysis, node: ast.Name) -> Violation | None:
     parent = an.parent(node)
     if isinstance(parent, ast.Attribute) and parent.value is node:
-        yield from _ctx_attribute(an, parent, node.id)
-        return
+        return _ctx_attribute(an, parent)
+    call: ast.AST | None
+    position: str | int | None
     if isinstance(parent, ast.keyword):
         call, position = an.parent(parent), parent.arg
     elif isinstance(parent, ast.Call) and node in parent.args:
@@ -42,32 +51,32 @@ def _ctx_load(an: Analysis, node: ast.Name) -> Iterator[Violation]:
         call, position = None, None
     func = an.model.function_def(call.func) if isinstance(call, ast.Call) else None
     if func is None:
-        yield _r02(node, f"{node.id} is used as a value ({snippet(parent or node)})",
-                   f"call ctx methods directly ({_METHODS}), or pass {node.id} whole as an "
-                   "argument of a helper you defined: await helper(ctx, x)")
-        return
+        return _r02(node, f"{node.id} is used as a value ({snippet(parent or node)})",
+                    f"call ctx methods directly ({_METHODS}), or pass {node.id} whole as an "
+                    "argument of a helper you defined: await helper(ctx, x)")
     names = [p.arg for p in positional_params(func)]
     ok = (position in names) if isinstance(position, str) else (
         position is not None and position < len(names))
-    if not ok:
-        yield _r02(node, f"{node.id} is passed to {func.name} without a matching parameter",
-                   f"give {func.name} a named parameter for the context, e.g. "
-                   f"async def {func.name}(ctx, ...)")
+    if ok:
+        return None
+    return _r02(node, f"{node.id} is passed to {func.name} without a matching parameter",
+                f"give {func.name} a named parameter for the context, e.g. "
+                f"async def {func.name}(ctx, ...)")
 
 
-def _ctx_attribute(an: Analysis, attr: ast.Attribute, ctx_name: str) -> Iterator[Violation]:
+def _ctx_attribute(an: Analysis, attr: ast.Attribute) -> Violation | None:
     if attr.attr.startswith("_"):
-        return  # R06 / R10 name private and reserved attributes
+        return None  # R06 / R10 name private and reserved attributes
     call = an.parent(attr)
     if attr.attr not in CTX_METHODS:
         new = OLD_API_HINTS.get(attr.attr)
         hint = (f"ctx.{attr.attr} does not exist; use {CTX_USAGE[new]}" if new else
                 f"the context has only {_METHODS}")
-        yield _r02(attr, f"unknown context method ctx.{attr.attr}", hint)
-        return
-    if not (isinstance(call, ast.Call) and call.func is attr):
-        yield _r02(attr, f"ctx.{attr.attr} is used without being called (aliasing)",
-                   f"call it directly where you need it: {CTX_USAGE[attr.attr]}")
+        return _r02(attr, f"unknown context method ctx.{attr.attr}", hint)
+    if isinstance(call, ast.Call) and call.func is attr:
+        return None
+    return _r02(attr, f"ctx.{attr.attr} is used without being called (aliasing)",
+                f"call it directly where you need it: {CTX_USAGE[attr.attr]}")
 
 
 # ---- how each ctx method is called ---------------------------------------------------------
@@ -75,18 +84,21 @@ def _ctx_attribute(an: Analysis, attr: ast.Attribute, ctx_name: str) -> Iterator
 def check_ctx_calls(an: Analysis) -> Iterator[Violation]:
     fanout_vars = _fanout_variables(an)
     for call, method in an.ctx_calls():
-        if method != "run":
-            yield from _arity(call, method)
-        yield from _awaited(an, call, method, fanout_vars)
+        for found in (_arity(call, method), _awaited(an, call, method, fanout_vars)):
+            if found is not None:
+                yield found
 
 
-def _arity(call: ast.Call, method: str) -> Iterator[Violation]:
+def _arity(call: ast.Call, method: str) -> Violation | None:
+    if method == "run":
+        return None  # R10 checks the shape of ctx.run
     arity = CTX_METHODS[method][0]
     starred = any(isinstance(a, ast.Starred) for a in call.args)
-    if starred or call.keywords or len(call.args) != arity:
-        yield _r02(call, f"ctx.{method} takes exactly {arity} positional argument"
-                   f"{'s' if arity > 1 else ''}, without *args or keywords",
-                   f"call it as {CTX_USAGE[method]}")
+    if not starred and not call.keywords and len(call.args) == arity:
+        return None
+    return _r02(call, f"ctx.{method} takes exactly {arity} positional argument"
+                f"{'s' if arity > 1 else ''}, without *args or keywords",
+                f"call it as {CTX_USAGE[method]}")
 
 
 def _fanout_variables(an: Analysis) -> set[tuple[int, str]]:
@@ -94,25 +106,25 @@ def _fanout_variables(an: Analysis) -> set[tuple[int, str]]:
     found: set[tuple[int, str]] = set()
     for call, _ in an.ctx_calls(*FANOUT_METHODS):
         if call.args and isinstance(call.args[0], ast.Name):
-            owner = an.model.resolve(call.args[0].id, an.model.scope_of(call.args[0]))
+            owner = an.model.owner_of(call.args[0])
             if owner is not None:
                 found.add((id(owner), call.args[0].id))
     return found
 
 
 def _awaited(an: Analysis, call: ast.Call, method: str,
-             fanout_vars: set[tuple[int, str]]) -> Iterator[Violation]:
+             fanout_vars: set[tuple[int, str]]) -> Violation | None:
     awaited = isinstance(an.parent(call), ast.Await)
     if method == "log":
-        if awaited:
-            yield _r02(call, "ctx.log is synchronous and must not be awaited",
-                       'call it as a statement: ctx.log("message")')
-        return
+        if not awaited:
+            return None
+        return _r02(call, "ctx.log is synchronous and must not be awaited",
+                    'call it as a statement: ctx.log("message")')
     if awaited or _collected_for_fanout(an, call, fanout_vars):
-        return
-    yield _r02(call, f"ctx.{method}(...) is not awaited",
-               f"write await ctx.{method}(...), or put the call directly in the list given "
-               "to await ctx.parallel([...]) / ctx.race([...])")
+        return None
+    return _r02(call, f"ctx.{method}(...) is not awaited",
+                f"write await ctx.{method}(...), or put the call directly in the list given "
+                "to await ctx.parallel([...]) / ctx.race([...])")
 
 
 def _collected_for_fanout(an: Analysis, call: ast.AST,
@@ -142,21 +154,24 @@ def _appended_to_fanout_var(an: Analysis, call: ast.AST, holder: ast.AST | None,
 
 
 def _is_fanout_var(an: Analysis, name: ast.Name, fanout_vars: set[tuple[int, str]]) -> bool:
-    owner = an.model.resolve(name.id, an.model.scope_of(name))
+    owner = an.model.owner_of(name)
     return owner is not None and (id(owner), name.id) in fanout_vars
 
 
 # ---- ctx.run: capability name (R08) and argument shape (R10) -------------------------------
 
+def _catalog(capabilities: frozenset[str]) -> str:
+    return ", ".join(sorted(capabilities)) or "(no capabilities are granted)"
+
+
 def check_capabilities(an: Analysis) -> Iterator[Violation]:
-    catalog = ", ".join(sorted(an.capabilities)) or "(no capabilities are granted)"
     for call, _ in an.ctx_calls("run"):
         first = call.args[0] if call.args else None
         if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
             yield Analysis.violation(
                 "R08", call, "the capability name of ctx.run must be a string literal",
                 f'write the name inline, e.g. ctx.run("image.generate", {{...}}); '
-                f"capabilities: {catalog}")
+                f"capabilities: {_catalog(an.capabilities)}")
             continue
         name = first.value
         if name in an.capabilities:
@@ -165,22 +180,16 @@ def check_capabilities(an: Analysis) -> Iterator[Violation]:
         message = (f"capability {name!r} uses look-alike characters" if lookalike else
                    f"unknown capability {name!r}")
         yield Analysis.violation("R08", call, message,
-                                 f"use one of the catalog names exactly: {catalog}")
+                                 "use one of the catalog names exactly: "
+                                 f"{_catalog(an.capabilities)}")
 
 
 def check_run_arguments(an: Analysis) -> Iterator[Violation]:
     usage = CTX_USAGE["run"]
     for call, _ in an.ctx_calls("run"):
+        seen: set[str] = set()
         for kw in call.keywords:
-            if kw.arg is None:
-                yield Analysis.violation("R10", kw.value, "**kwargs in ctx.run is not allowed",
-                                         f"pass the payload dict positionally: {usage}")
-            elif nfkc(kw.arg) == "_site":
-                continue  # names.check_identifiers reports the reserved keyword
-            else:
-                yield Analysis.violation("R10", kw.value,
-                                         f"ctx.run takes no keyword arguments ({kw.arg}=)",
-                                         f"put every field in the payload dict: {usage}")
+            yield from _run_keyword(kw, seen, usage)
         if any(isinstance(a, ast.Starred) for a in call.args):
             yield Analysis.violation("R10", call, "*args in ctx.run hides the capability",
                                      f"write both arguments out: {usage}")
@@ -189,3 +198,34 @@ def check_run_arguments(an: Analysis) -> Iterator[Violation]:
                                      f"ctx.run takes exactly two positional arguments, "
                                      f"got {len(call.args)}",
                                      f"call it as {usage}")
+
+
+_TAKE_HINT = (f"write take=N with a literal N from 1 to {MAX_TAKE}, e.g. "
+              'await ctx.run("image.generate", {...}, take=2), or leave it out')
+
+
+def _run_keyword(kw: ast.keyword, seen: set[str], usage: str) -> Iterator[Violation]:
+    """``take=<int literal 1..MAX_TAKE>`` once; ``_site`` is reported by names.py."""
+    if kw.arg is None:
+        yield Analysis.violation("R10", kw.value, "**kwargs in ctx.run is not allowed",
+                                 f"pass the payload dict positionally: {usage}")
+        return
+    name = nfkc(kw.arg)
+    if name == "_site":
+        return  # names.check_identifiers reports the reserved keyword
+    if name not in RUN_KEYWORDS:
+        yield Analysis.violation("R10", kw.value,
+                                 f"ctx.run takes no keyword argument {kw.arg}=",
+                                 f"put every field in the payload dict: {usage}; the only "
+                                 "keyword is take=N")
+        return
+    if name in seen:
+        yield Analysis.violation("R10", kw.value, f"ctx.run takes {name}= only once",
+                                 _TAKE_HINT)
+        return
+    seen.add(name)
+    value = kw.value.value if isinstance(kw.value, ast.Constant) else None
+    if not (type(value) is int and 1 <= value <= MAX_TAKE):
+        yield Analysis.violation("R10", kw.value,
+                                 f"take= must be an integer literal from 1 to {MAX_TAKE}, "
+                                 f"not {snippet(kw.value, 30)}", _TAKE_HINT)

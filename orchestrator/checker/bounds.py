@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Callable, Iterable
+from functools import cached_property
 from typing import Any
 
 from .builtins import SAME_LENGTH_CALLS, SAME_LENGTH_METHODS, SET_BUILDERS
@@ -42,7 +43,10 @@ class Bounds:
         self._busy: set[tuple[Any, ...]] = set()
         self._steps = 0
         self._depth = 0
-        self._escaped = self._names_passed_to_mutators()
+
+    @cached_property
+    def _escaped(self) -> set[tuple[int, str]]:
+        return self._names_passed_to_mutators()
 
     def _guard(self, key: tuple[Any, ...], compute: Callable[[], Any], default: Any) -> Any:
         if key in self._memo:
@@ -68,7 +72,7 @@ class Bounds:
                     if isinstance(arg, ast.Starred):
                         arg = arg.value
                     if isinstance(arg, ast.Name):
-                        owner = self.m.resolve(arg.id, self.m.scope_of(arg))
+                        owner = self.m.owner_of(arg)
                         if owner is not None:
                             escaped.add((id(owner), arg.id))
         return escaped
@@ -78,7 +82,12 @@ class Bounds:
     def length(self, node: ast.AST | None) -> int | None:
         if node is None:
             return None
-        return self._guard(("len", id(node)), lambda: self._length(node), None)
+        key = ("len", id(node))
+        if key in self._memo:
+            return self._memo[key]  # type: ignore[no-any-return]
+        if isinstance(node, ast.Constant):  # a leaf: nothing to guard
+            return len(node.value) if isinstance(node.value, str | bytes) else None
+        return self._guard(key, lambda: self._length(node), None)
 
     def _length(self, node: ast.AST) -> int | None:
         if isinstance(node, ast.Constant):
@@ -124,8 +133,7 @@ class Bounds:
         root = node
         while isinstance(root, ast.Subscript):
             root = root.value
-        if not isinstance(root, ast.Name) or self.m.resolve(
-                root.id, self.m.scope_of(root)) is not self.m.module:
+        if not isinstance(root, ast.Name) or self.m.owner_of(root) is not self.m.module:
             return None
         keys: list[ast.AST] = []
         current: ast.AST = node
@@ -163,7 +171,7 @@ class Bounds:
         func = node.func
         if any(isinstance(a, ast.Starred) for a in node.args):
             return None
-        if isinstance(func, ast.Name) and self.m.resolve(func.id, self.m.scope_of(func)) is None:
+        if isinstance(func, ast.Name) and self.m.owner_of(func) is None:
             if func.id == "range":
                 return self.range_count(node)
             if func.id in SAME_LENGTH_CALLS or func.id in SET_BUILDERS:
@@ -281,7 +289,13 @@ class Bounds:
     def interval(self, node: ast.AST | None) -> Interval:
         if node is None:
             return UNKNOWN
-        return self._guard(("int", id(node)), lambda: self._interval(node), UNKNOWN)
+        if isinstance(node, ast.Constant):  # a leaf: nothing to guard
+            value = node.value
+            return (int(value), int(value)) if isinstance(value, int) else UNKNOWN
+        key = ("int", id(node))
+        if key in self._memo:
+            return self._memo[key]  # type: ignore[no-any-return]
+        return self._guard(key, lambda: self._interval(node), UNKNOWN)
 
     def _interval(self, node: ast.AST) -> Interval:
         if isinstance(node, ast.Constant):

@@ -1,11 +1,18 @@
-"""Allowlists and denylists as data; the rule modules only look names up here."""
+"""Allowlists as data; the rule modules only look names up here.
+
+What a script may name and call comes from ``sandbox.language`` (the table the sandbox
+runtime is built from). The dicts of refused names below only explain *why* a name is
+refused; they never decide whether it is.
+"""
 
 from __future__ import annotations
 
+from sandbox import language
+
 # ---- ctx ----------------------------------------------------------------------------------
 
-# ctx method -> (positional arity, awaited?)
-CTX_METHODS: dict[str, tuple[int, bool]] = {
+# ctx method -> (positional arity, awaited?); the method names come from sandbox.language.
+_CTX_SHAPES: dict[str, tuple[int, bool]] = {
     "run": (2, True),
     "parallel": (1, True),
     "pipeline": (2, True),
@@ -13,6 +20,11 @@ CTX_METHODS: dict[str, tuple[int, bool]] = {
     "race": (1, True),
     "log": (1, False),
 }
+CTX_METHODS: dict[str, tuple[int, bool]] = {
+    name: _CTX_SHAPES[name] for name in language.CTX_METHODS}
+# Keyword arguments of ctx.run a script may write, and the largest literal take=.
+RUN_KEYWORDS: frozenset[str] = frozenset(language.RUN_KEYWORDS)
+MAX_TAKE: int = language.MAX_TAKE
 FANOUT_METHODS: frozenset[str] = frozenset({"parallel", "race"})
 
 CTX_USAGE: dict[str, str] = {
@@ -37,19 +49,12 @@ OLD_API_HINTS: dict[str, str] = {
     "emit": "log",
 }
 
-# ---- builtins -----------------------------------------------------------------------------
+# ---- builtins ---------------------------------------------------------------------------
+# One table for both walls: the names come from sandbox.language, which the sandbox runtime
+# provides exactly. Never list them again here.
 
-CATCHABLE_ERRORS: frozenset[str] = frozenset({
-    "CapabilityError", "ValueError", "KeyError", "IndexError", "TypeError",
-    "ZeroDivisionError", "RuntimeError",
-})
-
-ALLOWED_BUILTINS: frozenset[str] = frozenset({
-    "len", "range", "enumerate", "zip", "min", "max", "sum", "sorted", "reversed",
-    "abs", "round", "str", "int", "float", "bool", "list", "dict", "tuple", "set",
-    "frozenset", "any", "all", "isinstance", "print", "repr", "chr", "ord", "divmod",
-    "True", "False", "None",
-}) | CATCHABLE_ERRORS
+CATCHABLE_ERRORS: frozenset[str] = frozenset(language.CATCHABLE_ERRORS)
+ALLOWED_BUILTINS: frozenset[str] = language.BUILTIN_NAMES
 
 # Free names that would be clocks, randomness or hidden inputs (reported as R04, not R07).
 NONDETERMINISTIC_NAMES: dict[str, str] = {
@@ -73,19 +78,46 @@ REFLECTION_NAMES: frozenset[str] = frozenset({
     "getattr", "setattr", "delattr", "hasattr", "vars", "dir",
 })
 
-FORMAT_METHODS: frozenset[str] = frozenset({"format", "format_map"})
+# ---- attributes (R06) -----------------------------------------------------------------------
+# Allowed: a CALL of a data method (x.m(...)) and a plain LOAD of an error field (e.code).
+DATA_METHODS: frozenset[str] = language.DATA_METHODS
+ERROR_FIELDS: frozenset[str] = language.ERROR_FIELDS
 
-# Public attributes of frames, generators, coroutines, tracebacks and code objects: each
-# is a step of a walk to another module's globals (and from there to real builtins).
-INTROSPECTION_ATTRIBUTES: frozenset[str] = frozenset({
-    "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
-    "cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended",
-    "ag_frame", "ag_code", "ag_await", "ag_running",
-    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "f_lasti",
-    "tb_frame", "tb_next", "tb_lasti", "tb_lineno", "with_traceback",
-    "co_code", "co_consts", "co_names", "co_varnames", "co_filename",
-    "func_globals", "func_code", "im_func", "im_self", "mro",
-})
+_COROUTINE = ("drives a coroutine or generator by hand; a script only awaits helpers, and "
+              "send() would hand it the event loop's Future")
+_FRAME = "reaches a frame, and from there other modules' globals and real builtins"
+_CODE = "reaches a code object (constants, names, bytecode)"
+_LOOP = "reaches the event loop, which can start processes and open connections"
+_FUTURE = "is a method of an asyncio Future or Task; scripts never hold one"
+_EXCEPTION = "reads exception internals (arguments, traceback, chained exceptions)"
+_FORMAT = "can read attributes through its format string; use an f-string with plain names"
+# Why well-known escape attributes are refused. Explanations only: any attribute outside
+# the allowlist is refused whether or not it is named here.
+REFUSED_ATTRIBUTE_REASONS: dict[str, str] = {
+    **dict.fromkeys(("send", "throw", "close", "asend", "athrow", "aclose", "__next__",
+                     "__await__"), _COROUTINE),
+    **dict.fromkeys(("cr_frame", "cr_await", "cr_code", "cr_origin", "cr_running",
+                     "cr_suspended", "gi_frame", "gi_code", "gi_yieldfrom", "gi_running",
+                     "gi_suspended", "ag_frame", "ag_code", "ag_await", "ag_running"),
+                    "reaches the frame or code of a coroutine or generator"),
+    **dict.fromkeys(("f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace",
+                     "f_lasti", "f_lineno", "tb_frame", "tb_next", "tb_lasti", "tb_lineno"),
+                    _FRAME),
+    **dict.fromkeys(("co_code", "co_consts", "co_names", "co_varnames", "co_filename",
+                     "func_globals", "func_code", "im_func", "im_self"), _CODE),
+    **dict.fromkeys(("get_loop", "run_in_executor", "create_task", "subprocess_shell",
+                     "subprocess_exec", "create_connection", "create_server", "call_soon",
+                     "call_later", "call_at", "run_until_complete", "stop",
+                     "getaddrinfo", "sock_connect"), _LOOP),
+    **dict.fromkeys(("result", "exception", "set_result", "set_exception", "cancel",
+                     "cancelled", "done", "add_done_callback", "remove_done_callback",
+                     "get_stack", "print_stack", "get_coro", "get_name", "set_name"),
+                    _FUTURE),
+    **dict.fromkeys(("args", "with_traceback", "add_note", "__traceback__", "__context__",
+                     "__cause__"), _EXCEPTION),
+    **dict.fromkeys(("format", "format_map"), _FORMAT),
+    "mro": "reaches the class hierarchy",
+}
 
 IMPORT_NAMES: frozenset[str] = frozenset({"__import__", "importlib"})
 
@@ -105,6 +137,7 @@ DENIED_BUILTIN_REASONS: dict[str, str] = {
     "BaseException": "is too broad; raise ValueError or RuntimeError",
     "pow": "can build huge integers; use ** with small constants",
     "format": "runs format specs; use an f-string",
+    "repr": "shows memory addresses for functions and coroutines; use str() or an f-string",
     "map": "is lazy; use a list comprehension", "filter": "is lazy; use a list comprehension",
 }
 

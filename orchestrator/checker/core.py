@@ -15,10 +15,11 @@ from broker.catalog import CAPABILITY_NAMES
 from broker.errors import InputError
 from orchestrator.source import decode_source
 
-from . import api, excepts, fanout, limits, loops, names, recursion, shape
+from . import api, attributes, excepts, fanout, limits, loops, names, recursion, shape, state
 from .analysis import Analysis
 from .model import CheckReport, Violation, empty_facts
 from .scope import ScriptModel
+from .walk import TreeTooLarge
 
 Rule = Callable[[Analysis], Iterable[Violation]]
 
@@ -31,12 +32,16 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("R04", loops.check_determinism),
     ("R05", fanout.check_fanout),
     ("R06", names.check_identifiers),
-    ("R06", names.check_strings),
+    ("R06", attributes.check_attributes),
+    ("R06", attributes.check_percent_format),
+    ("R10", names.check_reserved_strings),
     ("R07", names.check_free_names),
     ("R08", api.check_capabilities),
     ("R09", excepts.check_excepts),
     ("R10", api.check_run_arguments),
     ("R11", shape.check_constructs),
+    ("R11", shape.check_finally_exits),
+    ("R11", state.check_module_state),
     ("R12", recursion.check_recursion),
 )
 
@@ -66,16 +71,16 @@ def _check(source: Any, capabilities: frozenset[str]) -> CheckReport:
     tree, failure = limits.parse(text)
     if tree is None or failure is not None:
         return _reject(failure or Violation("R00", 1, "the script did not parse", "fix it"))
-    too_big = limits.measure(tree)
-    if too_big is not None:
-        return _reject(too_big)
     return _analyse(tree, capabilities)
 
 
 def _analyse(tree: ast.Module, capabilities: frozenset[str]) -> CheckReport:
-    model = ScriptModel(tree)
+    try:
+        model = ScriptModel(tree)  # the one walk; stops at the R00 tree limits
+    except TreeTooLarge as exc:
+        return _reject(limits.tree_too_large(exc))
     an = Analysis(tree=tree, model=model, capabilities=capabilities)
-    found: list[Violation] = list(limits.huge_literals(tree, model.env))
+    found: list[Violation] = limits.huge_literals(model)
     for _, rule in RULES:
         found.extend(rule(an))
     return CheckReport.from_violations(found, _facts(an))

@@ -15,12 +15,11 @@ _HINT = ("catch a specific error by name, e.g. except CapabilityError as e:; cat
 
 
 def check_excepts(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        if isinstance(node, ast.TryStar):
-            yield Analysis.violation("R09", node, "try/except* is not allowed",
-                                     "use try: ... except CapabilityError as e: ...")
-        if isinstance(node, ast.ExceptHandler):
-            yield from _handler(node)
+    for node in an.nodes(ast.TryStar):
+        yield Analysis.violation("R09", node, "try/except* is not allowed",
+                                 "use try: ... except CapabilityError as e: ...")
+    for handler in an.nodes(ast.ExceptHandler):
+        yield from _handler(handler)
 
 
 def _handler(node: ast.ExceptHandler) -> Iterator[Violation]:

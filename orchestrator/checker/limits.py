@@ -9,21 +9,28 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 import warnings
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator
+from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from orchestrator.source import MAX_SOURCE_BYTES
 
-from .consts import MAX_INT_BITS, MAX_STR_LEN, TooLarge, fold
+from .consts import MAX_INT_BITS, MAX_STR_LEN, TooLarge, check_value, fold
 from .model import Violation
+from .walk import MAX_AST_DEPTH, MAX_AST_NODES, TreeTooLarge
+
+if TYPE_CHECKING:
+    from .scope import ScriptModel
+
+__all__ = ["MAX_AST_DEPTH", "MAX_AST_NODES", "check_size", "huge_literals", "parse",
+           "prescan", "tree_too_large"]
 
 MAX_BRACKET_DEPTH = 40
 MAX_INDENT_DEPTH = 24
 MAX_OPERATOR_RUN = 40
-MAX_AST_NODES = 50_000
-MAX_AST_DEPTH = 100
 
 _OPEN = frozenset("([{")
 _CLOSE = frozenset(")]}")
@@ -61,8 +68,61 @@ def _depth_events(text: str) -> Iterator[tuple[int, int, int, int]]:
         yield tok.start[0], brackets, indents, run
 
 
+# Comments and string literals, found left to right as the tokenizer finds them, so that
+# brackets and operators inside them are not counted.
+_STRINGS_AND_COMMENTS = re.compile(r"""
+    \#[^\n]*
+  | '''[^'\\]*(?:(?:\\.|'(?!''))[^'\\]*)*(?:'''|\Z)
+  | \"\"\"[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*(?:\"\"\"|\Z)
+  | '[^'\\\n]*(?:\\.[^'\\\n]*)*'?
+  | "[^"\\\n]*(?:\\.[^"\\\n]*)*"?
+""", re.VERBOSE | re.DOTALL)
+_KEEP_BRACKETS = {i: None for i in range(128) if chr(i) not in "()[]{}"}
+_NOT_BRACKET = re.compile(r"[^()\[\]{}]+")
+_BRACKET_STEP = {"(": 1, "[": 1, "{": 1, ")": -1, "]": -1, "}": -1}
+_INDENT = re.compile(r"^[ \t\f]+(?=[^ \t\f\r\n#])", re.MULTILINE)
+_OPERATOR_TEXTS = ("-", "+", "~", "*", "not", "await", "lambda")
+_OPERATOR_RUN = re.compile(
+    r"(?:(?:[-+~*]|\b(?:not|await|lambda)\b)(?:[ \t\f]|\\\r?\n)*)"
+    + f"{{{MAX_OPERATOR_RUN + 1}}}")
+
+
+def _surely_shallow(text: str) -> bool:
+    """A quick over-estimate of the three depths: True only when none can be over its limit.
+
+    Brackets are counted outside comments and strings; indentation by the number of distinct
+    indentation strings (an upper bound on the tokenizer's indent stack; a block needs a line
+    of its own); operator runs by counting every operator first. Anything else goes to the
+    exact token scan, which also names the line. Counts over the raw text come first: they
+    over-count (strings and comments included), so a small count settles it at once. Only
+    on text the tokenizer cannot read (an unterminated string) can the two disagree, and
+    the parser rejects such text anyway."""
+    if (text.count("\n") > MAX_INDENT_DEPTH
+            and len(set(_INDENT.findall(text))) > MAX_INDENT_DEPTH):
+        return False
+    openers = text.count("(") + text.count("[") + text.count("{")
+    operators = sum(text.count(op) for op in _OPERATOR_TEXTS)
+    if openers <= MAX_BRACKET_DEPTH and operators <= MAX_OPERATOR_RUN:
+        return True
+    code = _STRINGS_AND_COMMENTS.sub(" ", text)
+    brackets = code.translate(_KEEP_BRACKETS)
+    if not brackets.isascii():
+        brackets = _NOT_BRACKET.sub("", brackets)
+    if brackets:
+        levels = list(accumulate(map(_BRACKET_STEP.__getitem__, brackets)))
+        if max(levels) > MAX_BRACKET_DEPTH or min(levels) < 0:
+            return False
+    operators = sum(code.count(op) for op in _OPERATOR_TEXTS)
+    return operators <= MAX_OPERATOR_RUN or _OPERATOR_RUN.search(code) is None
+
+
 def prescan(text: str) -> Violation | None:
-    """Bracket, indentation and operator-chain depth, measured on tokens before parsing."""
+    """Bracket, indentation and operator-chain depth, measured before parsing."""
+    return None if _surely_shallow(text) else token_scan(text)
+
+
+def token_scan(text: str) -> Violation | None:
+    """The exact measure, on tokens (slow: only when the quick over-estimate is not sure)."""
     try:
         for line, brackets, indents, run in _depth_events(text):
             if brackets > MAX_BRACKET_DEPTH:
@@ -99,52 +159,56 @@ def parse(text: str) -> tuple[ast.Module | None, Violation | None]:
                           "save the script as plain UTF-8 Python text")
 
 
-def measure(tree: ast.AST) -> Violation | None:
-    """Node count and nesting depth of the tree, walked with an explicit stack."""
-    stack: list[tuple[ast.AST, int]] = [(tree, 0)]
-    count = 0
-    while stack:
-        node, depth = stack.pop()
-        count += 1
-        if count > MAX_AST_NODES:
-            return _r00(getattr(node, "lineno", 1),
-                        f"script has more than {MAX_AST_NODES} syntax nodes",
-                        "shorten the script: move data into args and repeated code into "
-                        "helper functions")
-        if depth > MAX_AST_DEPTH:
-            return _r00(getattr(node, "lineno", 1),
-                        f"expressions nest deeper than {MAX_AST_DEPTH} levels", _FLATTEN)
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
-    return None
+def tree_too_large(exc: TreeTooLarge) -> Violation:
+    """The walk stopped at a tree limit (node count or depth)."""
+    hint = (_FLATTEN if "nest" in exc.message else
+            "shorten the script: move data into args and repeated code into helper functions")
+    return _r00(exc.line, exc.message, hint)
 
 
 # FormattedValue only ever sits inside a JoinedStr, whose fold covers its parts.
 _FOLDABLE = (ast.Constant, ast.BinOp, ast.UnaryOp, ast.List, ast.Tuple, ast.Dict,
              ast.JoinedStr, ast.FormattedValue)
+_INT_LIMIT = 1 << MAX_INT_BITS
+# Only operators can build a value larger than the source text that spells it.
+_GROWING = (ast.BinOp, ast.UnaryOp)
 
 
-def _fold_roots(tree: ast.AST) -> Iterator[ast.AST]:
-    """Maximal foldable subtrees: each node is folded once, as part of its root."""
-    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
-    while stack:
-        node, inside = stack.pop()
-        foldable = isinstance(node, _FOLDABLE)
-        if foldable and not inside:
-            yield node
-        for child in ast.iter_child_nodes(node):
-            stack.append((child, foldable))
+def huge_literals(model: ScriptModel) -> list[Violation]:
+    """Literals, and constant arithmetic on them, that would build a huge value.
 
-
-def huge_literals(tree: ast.AST, env: Mapping[str, Any]) -> list[Violation]:
-    """Literals, and constant arithmetic on them, that would build a huge value."""
+    A plain literal is as large as its source text, so only its own size is checked; an
+    operator is folded once, from the outermost foldable expression that contains it."""
     found: list[Violation] = []
-    for root in _fold_roots(tree):
+    for node in model.buckets.get(ast.Constant, ()):
+        value = node.value
+        kind = type(value)
+        if (kind is str or kind is bytes) and len(value) <= MAX_STR_LEN:
+            continue
+        if kind is int and -_INT_LIMIT < value < _INT_LIMIT:
+            continue
         try:
-            fold(root, env)
+            check_value(value, node)
         except TooLarge as exc:
-            found.append(_r00(
-                getattr(exc.node, "lineno", getattr(root, "lineno", 1)),
+            found.append(_huge(exc, node))
+    roots: dict[int, ast.AST] = {}
+    for kind in _GROWING:
+        for node in model.buckets.get(kind, ()):
+            root = node
+            parent = model.parents.get(id(root))
+            while isinstance(parent, _FOLDABLE):
+                root, parent = parent, model.parents.get(id(parent))
+            roots[id(root)] = root
+    for root in roots.values():
+        try:
+            fold(root, model.env)
+        except TooLarge as exc:
+            found.append(_huge(exc, root))
+    return found
+
+
+def _huge(exc: TooLarge, root: ast.AST) -> Violation:
+    return _r00(getattr(exc.node, "lineno", getattr(root, "lineno", 1)),
                 f"huge literal: {exc.message}",
                 f"keep constants small (integers under {MAX_INT_BITS} bits, strings under "
-                f"{MAX_STR_LEN} characters); pass large data in args"))
-    return found
+                f"{MAX_STR_LEN} characters); pass large data in args")

@@ -14,7 +14,6 @@ from .builtins import (
     SET_METHODS,
 )
 from .model import Violation
-from .scope import COMPREHENSIONS
 
 MAX_LOOP_BOUND = 10_000
 MAX_TOTAL_ITERATIONS = 1_000_000
@@ -29,20 +28,18 @@ def _r03(node: ast.AST, message: str, hint: str = _BOUND_HINT) -> Violation:
 
 
 def check_loops(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        if isinstance(node, ast.While):
-            yield _r03(node, "while loops are not allowed (no static bound)",
-                       "use for i in range(N) with a constant N and break when done")
-        elif isinstance(node, ast.AsyncFor):
-            yield _r03(node, "async for is not allowed", _BOUND_HINT)
-        elif isinstance(node, ast.For):
-            yield from _bounded(an, node, node.iter, "for loop")
-        elif isinstance(node, COMPREHENSIONS):
-            for gen in node.generators:
-                if gen.is_async:
-                    yield _r03(gen.iter, "async comprehensions are not allowed", _BOUND_HINT)
-                else:
-                    yield from _bounded(an, gen, gen.iter, "comprehension")
+    for node in an.nodes(ast.While):
+        yield _r03(node, "while loops are not allowed (no static bound)",
+                   "use for i in range(N) with a constant N and break when done")
+    for node in an.nodes(ast.AsyncFor):
+        yield _r03(node, "async for is not allowed", _BOUND_HINT)
+    for node in an.nodes(ast.For):
+        yield from _bounded(an, node, node.iter, "for loop")
+    for gen in an.nodes(ast.comprehension):
+        if gen.is_async:
+            yield _r03(gen.iter, "async comprehensions are not allowed", _BOUND_HINT)
+        else:
+            yield from _bounded(an, gen, gen.iter, "comprehension")
 
 
 def _bounded(an: Analysis, loop: ast.AST, iterable: ast.expr, what: str) -> Iterator[
@@ -70,41 +67,47 @@ _CLOCK_HINT = ("scripts must be deterministic: pass times, seeds and ids in args
 
 
 def check_determinism(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-            reason = NONDETERMINISTIC_NAMES.get(node.id)
-            if reason and an.model.resolve(node.id, an.model.scope_of(node)) is None:
-                yield Analysis.violation("R04", node, f"{node.id} reads {reason}", _CLOCK_HINT)
-        elif isinstance(node, ast.Call):
-            yield from _nondeterministic_call(an, node)
-        elif isinstance(node, ast.For | ast.comprehension) and _is_set(an, node.iter):
-            yield Analysis.violation("R04", node.iter, f"iterating over the set "
-                                     f"{snippet(node.iter)} has no stable order", _SET_HINT)
-        elif isinstance(node, ast.Starred | ast.FormattedValue) and _is_set(an, node.value):
+    for name in an.model.free_names:
+        reason = NONDETERMINISTIC_NAMES.get(name.id)
+        if reason:
+            yield Analysis.violation("R04", name, f"{name.id} reads {reason}", _CLOCK_HINT)
+    for call in an.nodes(ast.Call):
+        func = call.func
+        if isinstance(func, ast.Attribute):
+            if func.attr in _WATCHED_ATTRS and not an.model.is_ctx(func.value):
+                yield from _nondeterministic_method(an, call, func)
+        elif (isinstance(func, ast.Name) and call.args and func.id not in ORDER_FREE_CONSUMERS
+              and an.model.owner_of(func) is None):
+            for arg in call.args:
+                if _is_set(an, arg):
+                    yield Analysis.violation("R04", arg, f"{func.id}() of the set "
+                                             f"{snippet(arg)} depends on set order", _SET_HINT)
+    for loop in an.nodes(ast.For, ast.comprehension):
+        if _is_set(an, loop.iter):
+            yield Analysis.violation("R04", loop.iter, f"iterating over the set "
+                                     f"{snippet(loop.iter)} has no stable order", _SET_HINT)
+    for node in an.nodes(ast.Starred, ast.FormattedValue):
+        if _is_set(an, node.value):
             yield Analysis.violation("R04", node, f"{snippet(node.value)} is a set; its order "
                                      "is not stable", _SET_HINT)
 
 
-def _nondeterministic_call(an: Analysis, node: ast.Call) -> Iterator[Violation]:
-    func = node.func
-    if isinstance(func, ast.Attribute) and not an.model.is_ctx(func.value):
-        receiver = func.value
-        named = isinstance(receiver, ast.Name) and receiver.id in NONDETERMINISTIC_NAMES
-        if func.attr in NONDETERMINISTIC_ATTRS and not named:
-            yield Analysis.violation("R04", node, f".{func.attr}() reads a clock, randomness "
-                                     "or the environment", _CLOCK_HINT)
-        if func.attr == "pop" and not node.args and _is_set(an, func.value):
-            yield Analysis.violation("R04", node, "set.pop() removes an arbitrary element",
-                                     _SET_HINT)
-        if func.attr in ("join", "fromkeys") and any(_is_set(an, a) for a in node.args):
-            yield Analysis.violation("R04", node, f".{func.attr}() of a set has no stable "
-                                     "order", _SET_HINT)
-    elif isinstance(func, ast.Name) and an.model.resolve(func.id, an.model.scope_of(func)) \
-            is None and func.id not in ORDER_FREE_CONSUMERS:
-        for arg in node.args:
-            if _is_set(an, arg):
-                yield Analysis.violation("R04", arg, f"{func.id}() of the set {snippet(arg)} "
-                                         "depends on set order", _SET_HINT)
+_WATCHED_ATTRS = NONDETERMINISTIC_ATTRS | {"pop", "join", "fromkeys"}
+
+
+def _nondeterministic_method(an: Analysis, node: ast.Call,
+                             func: ast.Attribute) -> Iterator[Violation]:
+    receiver = func.value
+    named = isinstance(receiver, ast.Name) and receiver.id in NONDETERMINISTIC_NAMES
+    if func.attr in NONDETERMINISTIC_ATTRS and not named:
+        yield Analysis.violation("R04", node, f".{func.attr}() reads a clock, randomness "
+                                 "or the environment", _CLOCK_HINT)
+    if func.attr == "pop" and not node.args and _is_set(an, func.value):
+        yield Analysis.violation("R04", node, "set.pop() removes an arbitrary element",
+                                 _SET_HINT)
+    if func.attr in ("join", "fromkeys") and any(_is_set(an, a) for a in node.args):
+        yield Analysis.violation("R04", node, f".{func.attr}() of a set has no stable "
+                                 "order", _SET_HINT)
 
 
 def _is_set(an: Analysis, node: ast.AST | None, seen: frozenset[int] = frozenset()) -> bool:
@@ -117,7 +120,7 @@ def _is_set(an: Analysis, node: ast.AST | None, seen: frozenset[int] = frozenset
     if isinstance(node, ast.Call):
         func = node.func
         if isinstance(func, ast.Name) and func.id in SET_BUILDERS:
-            return an.model.resolve(func.id, an.model.scope_of(func)) is None
+            return an.model.owner_of(func) is None
         if isinstance(func, ast.Attribute) and func.attr in (*SET_METHODS, "copy"):
             return _is_set(an, func.value, seen)
         return False

@@ -14,12 +14,12 @@ RULE_TITLES: dict[str, str] = {
     "R03": "statically bounded loops",
     "R04": "determinism",
     "R05": "guarded fanout",
-    "R06": "no dunder, private or format-string attribute access",
+    "R06": "attribute access by allowlist, no string formatting",
     "R07": "builtins by allowlist, no undefined names",
     "R08": "capability name from the catalog",
     "R09": "no broad except",
-    "R10": "no imports, _site reserved, plain ctx.run arguments",
-    "R11": "forbidden constructs",
+    "R10": "no imports, _site reserved, plain ctx.run arguments (take=N only)",
+    "R11": "forbidden constructs, no exit from finally, read-only top-level constants",
     "R12": "no recursion",
 }
 
@@ -66,10 +66,12 @@ class CheckReport:
     @classmethod
     def from_violations(cls, violations: list[Violation] | tuple[Violation, ...],
                         facts: dict[str, Any] | None = None) -> CheckReport:
+        facts = facts if facts is not None else empty_facts()
+        if not violations:
+            return cls(valid=True, violations=(), facts=facts)
         unique = sorted(set(violations), key=lambda v: v.sort_key)
         valid = not any(v.severity == "error" for v in unique)
-        return cls(valid=valid, violations=tuple(unique),
-                   facts=facts if facts is not None else empty_facts())
+        return cls(valid=valid, violations=tuple(unique), facts=facts)
 
     def rules(self) -> list[str]:
         """The rule ids that fired, sorted and deduplicated (handy in tests and logs)."""

@@ -1,5 +1,5 @@
-"""R06 (dunder, private and format-string access), R07 (builtins by allowlist, no undefined
-names) and the name side of R10 (no imports, ``_site`` reserved in every spelling)."""
+"""Names: dunder identifiers (R06), builtins by allowlist and no undefined names (R07), and
+the name side of R10 (no imports, ``_site`` reserved in every spelling)."""
 
 from __future__ import annotations
 
@@ -7,34 +7,33 @@ import ast
 from collections.abc import Iterator
 
 from .analysis import Analysis, nfkc
+from .bindings import FUNCTION_TYPES
 from .builtins import (
     ALLOWED_BUILTINS,
     DENIED_BUILTIN_REASONS,
-    FORMAT_METHODS,
     IMPORT_NAMES,
-    INTROSPECTION_ATTRIBUTES,
     NONDETERMINISTIC_NAMES,
     REFLECTION_NAMES,
 )
 from .consts import fold_quiet
 from .model import Violation
-from .scope import FunctionNode, all_params
 
 SITE = "_site"
-_SITE_HINT = "remove it: _site is reserved for the host, which assigns call sites itself"
-_FSTRING_HINT = 'use an f-string with plain names: f"{name} has {count} items"'
+SITE_HINT = "remove it: _site is reserved for the host, which assigns call sites itself"
 
 
 def _r06(node: ast.AST, message: str, hint: str) -> Violation:
     return Analysis.violation("R06", node, message, hint)
 
 
-def _r10(node: ast.AST, message: str, hint: str = _SITE_HINT) -> Violation:
+def _r10(node: ast.AST, message: str, hint: str = SITE_HINT) -> Violation:
     return Analysis.violation("R10", node, message, hint)
 
 
 def _identifier(node: ast.AST, name: str, what: str) -> Iterator[Violation]:
     """A name the script defines or reads: reserved, dunder and private checks."""
+    if name.isascii() and not name.startswith("_"):
+        return
     normal = nfkc(name)
     if normal == SITE:
         yield _r10(node, f"the {what} {SITE} is reserved for the host")
@@ -46,67 +45,44 @@ def _identifier(node: ast.AST, name: str, what: str) -> Iterator[Violation]:
 
 
 def check_identifiers(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        if isinstance(node, ast.Name):
-            yield from _identifier(node, node.id, "name")
-        elif isinstance(node, FunctionNode):
-            yield from _identifier(node, node.name, "function name")
-            for param in all_params(node):
-                yield from _identifier(param, param.arg, "parameter")
-        elif isinstance(node, ast.keyword) and node.arg is not None:
-            yield from _identifier(node.value, node.arg, "keyword argument")
-        elif isinstance(node, ast.Attribute):
-            yield from _attribute(node)
-        elif isinstance(node, ast.Import | ast.ImportFrom):
-            yield _r10(node, "imports are not allowed",
-                       "remove the import; call capabilities with await ctx.run(...) and use "
-                       "the allowed builtins")
+    for name in an.model.names:
+        if name.id.startswith("_") or not name.id.isascii():
+            yield from _identifier(name, name.id, "name")
+    for func in an.nodes(*FUNCTION_TYPES):
+        yield from _identifier(func, func.name, "function name")
+    for param in an.nodes(ast.arg):  # parameters of functions and lambdas
+        yield from _identifier(param, param.arg, "parameter")
+    for kw in an.nodes(ast.keyword):
+        if kw.arg is not None and (kw.arg.startswith("_") or not kw.arg.isascii()):
+            yield from _identifier(kw.value, kw.arg, "keyword argument")
+    for node in an.nodes(ast.Import, ast.ImportFrom):
+        yield _r10(node, "imports are not allowed",
+                   "remove the import; call capabilities with await ctx.run(...) and use "
+                   "the allowed builtins")
 
 
-def _attribute(node: ast.Attribute) -> Iterator[Violation]:
-    attr = nfkc(node.attr)
-    if attr == SITE:
-        yield _r10(node, f"the attribute {SITE} is reserved for the host")
-    elif attr.startswith("_"):
-        kind = "dunder" if attr.startswith("__") else "private"
-        yield _r06(node, f"{kind} attribute access .{attr} is not allowed",
-                   "use only public methods of str, list and dict, and the ctx methods")
-    elif attr in FORMAT_METHODS:
-        yield _r06(node, f".{attr}() can read attributes through its format string",
-                   _FSTRING_HINT)
-    elif attr in INTROSPECTION_ATTRIBUTES:
-        yield _r06(node, f".{attr} reaches interpreter internals (frames, code, tracebacks)",
-                   "work with the values your calls return; scripts never inspect frames, "
-                   "generators or code objects")
+_TEXT_PARTS = (ast.BinOp, ast.JoinedStr, ast.FormattedValue)
 
 
-def check_strings(an: Analysis) -> Iterator[Violation]:
-    """``_site`` spelled as data, and %-formatting."""
-    for node in an.walk():
-        nested = isinstance(an.parent(node), ast.BinOp | ast.JoinedStr | ast.FormattedValue)
-        if isinstance(node, ast.Constant | ast.BinOp | ast.JoinedStr) and not nested:
-            value = fold_quiet(node, an.model.env)
-            if isinstance(value, str) and nfkc(value).strip() == SITE:
-                yield _r10(node, f"the string {SITE!r} is reserved for the host")
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod) and _is_text(an, node):
-            yield _r06(node, "%-formatting can read attributes through its format string",
-                       _FSTRING_HINT)
-
-
-def _is_text(an: Analysis, node: ast.BinOp) -> bool:
-    left = node.left
-    if isinstance(left, ast.JoinedStr):
-        return True
-    return isinstance(fold_quiet(left, an.model.env), str | bytes)
+def check_reserved_strings(an: Analysis) -> Iterator[Violation]:
+    """``_site`` spelled as data: a literal, constant concatenation or an f-string."""
+    env = an.model.env
+    for node in an.nodes(ast.Constant):
+        value = node.value
+        if (isinstance(value, str) and nfkc(value).strip() == SITE
+                and not isinstance(an.parent(node), _TEXT_PARTS)):
+            yield _r10(node, f"the string {SITE!r} is reserved for the host")
+    for node in an.nodes(ast.BinOp, ast.JoinedStr):
+        if isinstance(an.parent(node), _TEXT_PARTS):
+            continue  # folded as part of the enclosing expression
+        value = fold_quiet(node, env)
+        if isinstance(value, str) and nfkc(value).strip() == SITE:
+            yield _r10(node, f"the string {SITE!r} is reserved for the host")
 
 
 def check_free_names(an: Analysis) -> Iterator[Violation]:
     """Every name must be a script binding or an allowed builtin (no hidden inputs)."""
-    for node in an.walk():
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
-            continue
-        if an.model.resolve(node.id, an.model.scope_of(node)) is not None:
-            continue
+    for node in an.model.free_names:
         name = node.id
         if name in ALLOWED_BUILTINS or name in NONDETERMINISTIC_NAMES or name in IMPORT_NAMES:
             continue  # allowed, or reported by R04 / R10

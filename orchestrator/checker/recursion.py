@@ -9,8 +9,9 @@ import ast
 from collections.abc import Iterator
 
 from .analysis import Analysis, snippet
+from .bindings import FUNCTION_TYPES, FunctionNode
 from .model import Violation
-from .scope import FunctionNode, ScriptModel
+from .scope import ScriptModel
 
 _HINT = ("rewrite the recursion as a for loop over a constant-bound range; helpers may call "
          "other helpers, but never back into themselves")
@@ -23,7 +24,7 @@ def _targets(model: ScriptModel, name: ast.Name, depth: int = 0) -> list[Functio
     _, bindings = model.bindings_of(name.id, name)
     found: list[FunctionNode] = []
     for b in bindings:
-        if b.kind == "def" and isinstance(b.node, FunctionNode):
+        if b.kind == "def" and isinstance(b.node, FUNCTION_TYPES):
             found.append(b.node)
         elif b.kind == "assign" and not b.path and isinstance(b.value, ast.Name):
             found.extend(_targets(model, b.value, depth + 1))
@@ -32,11 +33,12 @@ def _targets(model: ScriptModel, name: ast.Name, depth: int = 0) -> list[Functio
 
 def _edges(an: Analysis) -> dict[int, list[tuple[int, ast.AST]]]:
     edges: dict[int, list[tuple[int, ast.AST]]] = {}
-    for node in an.walk():
-        if not (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)):
+    callable_names = an.model.callable_names
+    for node in an.model.names:
+        if node.id not in callable_names or type(node.ctx) is not ast.Load:
             continue
         scope = an.model.scope_of(node).function
-        if scope is None or not isinstance(scope.node, FunctionNode):
+        if scope is None or not isinstance(scope.node, FUNCTION_TYPES):
             continue
         for target in _targets(an.model, node):
             edges.setdefault(id(scope.node), []).append((id(target), node))
@@ -86,8 +88,11 @@ def _components(nodes: list[int], edges: dict[int, list[tuple[int, ast.AST]]]) -
 
 
 def check_recursion(an: Analysis) -> Iterator[Violation]:
-    names = {id(f): f.name for f in an.model.functions}
+    yield from _indirect_calls(an)
     edges = _edges(an)
+    if not any(target in edges for targets in edges.values() for target, _ in targets):
+        return  # a cycle needs an edge into a function that has edges itself
+    names = {id(f): f.name for f in an.model.functions}
     comp = _components(list(names), edges)
     sizes: dict[int, int] = {}
     for c in comp.values():
@@ -102,19 +107,18 @@ def check_recursion(an: Analysis) -> Iterator[Violation]:
             else:
                 message = f"{names[source]} calls itself (recursion)"
             yield Analysis.violation("R12", ref, message, _HINT)
-    yield from _indirect_calls(an)
 
 
 def _indirect_calls(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        if not isinstance(node, ast.Call):
-            continue
+    for node in an.nodes(ast.Call):
         func = node.func
         if isinstance(func, ast.Attribute):
             continue
         if isinstance(func, ast.Name):
-            owner, bindings = an.model.bindings_of(func.id, func)
-            if owner is None or all(b.kind == "def" for b in bindings) or _targets(
+            owner = an.model.owner_of(func)
+            if owner is None or an.model.function_def(func) is not None:
+                continue  # a builtin (R07 names undefined ones) or a helper called by name
+            if all(b.kind == "def" for b in owner.bindings[func.id]) or _targets(
                     an.model, func):
                 continue
         yield Analysis.violation("R12", node, f"{snippet(func)}(...) calls a value, not a "

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from .analysis import Analysis
+from .bindings import FUNCTION_TYPES, FunctionNode
 from .consts import NOT_CONSTANT, Folder, TooLarge
 from .model import Violation
-from .scope import FunctionNode
 
 _ENTRY = "async def orchestrate(ctx, args):"
 # Top-level statements another rule already names more precisely.
@@ -115,23 +115,25 @@ _FORBIDDEN: dict[type[ast.AST], tuple[str, str]] = {
 
 
 def check_constructs(an: Analysis) -> Iterator[Violation]:
-    for node in an.walk():
-        entry = _FORBIDDEN.get(type(node))
-        if entry is not None:
-            yield Analysis.violation("R11", node, entry[0], entry[1])
-        if isinstance(node, FunctionNode) and node.decorator_list:
+    for kind in _FORBIDDEN.keys() & an.model.buckets.keys():
+        message, hint = _FORBIDDEN[kind]
+        for node in an.nodes(kind):
+            yield Analysis.violation("R11", node, message, hint)
+    for node in an.nodes(*FUNCTION_TYPES):
+        if node.decorator_list:
             yield Analysis.violation("R11", node.decorator_list[0],
                                      f"decorator on {node.name} is not allowed",
                                      "remove the decorator and call helpers explicitly")
-        if isinstance(node, ast.Delete):
-            yield from _delete(node)
-        if isinstance(node, ast.Await):
-            yield from _await(an, node)
+    for node in an.nodes(ast.Delete):
+        yield from _delete(node)
+    for node in an.nodes(ast.Await):
+        yield from _await(an, node)
 
 
 def _delete(node: ast.Delete) -> Iterator[Violation]:
     for target in node.targets:
-        if not isinstance(target, ast.Name | ast.Subscript):
+        # an attribute target is R06 (attribute store and delete)
+        if not isinstance(target, ast.Name | ast.Subscript | ast.Attribute):
             yield Analysis.violation("R11", target, "del is only allowed on names and "
                                      "subscripts (del d[\"key\"])",
                                      "delete dict keys or list items with del x[key]")
@@ -144,3 +146,38 @@ def _await(an: Analysis, node: ast.Await) -> Iterator[Violation]:
         yield Analysis.violation("R11", node, "await outside an async function",
                                  "await only inside async def functions (make the helper "
                                  "async def and await it from orchestrate)")
+
+
+# ---- finally ----------------------------------------------------------------------------------
+
+_LOOPS = (ast.For, ast.AsyncFor, ast.While)
+_STOP_AT = (*FUNCTION_TYPES, ast.Lambda, ast.ClassDef, ast.Module)
+_EXIT_HINT = ("move the {word} after the try statement; a finally block must run to its "
+              "end, because leaving it early would discard the host's safety stop")
+
+
+def check_finally_exits(an: Analysis) -> Iterator[Violation]:
+    """``return``, ``break`` or ``continue`` leaving a ``finally`` block would silently
+    discard whatever was propagating, including the host's safety stops."""
+    for node in an.nodes(ast.Return, ast.Break, ast.Continue):
+        if _leaves_finally(an, node):
+            word = type(node).__name__.lower()
+            yield Analysis.violation("R11", node, f"'{word}' inside a finally block is not "
+                                     "allowed", _EXIT_HINT.format(word=word))
+
+
+def _leaves_finally(an: Analysis, node: ast.stmt) -> bool:
+    loop_exit = not isinstance(node, ast.Return)
+    child: ast.AST = node
+    parent = an.parent(node)
+    while parent is not None and not isinstance(parent, _STOP_AT):
+        if loop_exit and isinstance(parent, _LOOPS) and _in_block(child, parent.body):
+            return False  # break/continue of a loop that is itself inside the block
+        if isinstance(parent, ast.Try | ast.TryStar) and _in_block(child, parent.finalbody):
+            return True
+        child, parent = parent, an.parent(parent)
+    return False
+
+
+def _in_block(node: ast.AST, block: list[ast.stmt]) -> bool:
+    return any(stmt is node for stmt in block)

@@ -84,11 +84,16 @@ REJECT = [
     ("R06", 2, script('return "%s" % args\n')),
     ("R06", 2, script('return getattr(args, "x")\n')),
     ("R06", 2, script("return __builtins__\n")),
+    ("R06", 2, script("args.x = 1\n")),
+    ("R06", 2, script("f = args.get\n")),
+    ("R06", 2, script("return args.get_loop()\n")),
+    ("R06", 2, script('return args["tmpl"] % args\n')),
     ("R07", 2, script('return eval("1")\n')),
     ("R07", 2, script('return open("/etc/passwd")\n')),
     ("R07", 2, script("return type(args)\n")),
     ("R07", 2, script("return secret_value\n")),
     ("R07", 2, script('raise Exception("x")\n')),
+    ("R07", 2, script("return repr(args)\n")),
     ("R08", 2, script('return await ctx.run("image.gen", {})\n')),
     ("R08", 3, script('name = "image.generate"\nreturn await ctx.run(name, {})\n')),
     ("R08", 2, script('return await ctx.run(f"image.{args}", {})\n')),
@@ -110,6 +115,8 @@ REJECT = [
     ("R10", 2, script('return await ctx.run("image.generate", **{"payload": {}})\n')),
     ("R10", 2, script('return await ctx.run("image.generate", payload={})\n')),
     ("R10", 2, script('return await ctx.run("image.generate")\n')),
+    ("R10", 2, script('return await ctx.run("image.generate", {}, take=0)\n')),
+    ("R10", 2, script('return await ctx.run("image.generate", {}, take=args["n"])\n')),
     ("R11", 2, script("global X\n")),
     ("R11", 1, "class A:\n    pass\n" + HEAD + "    return 1\n"),
     ("R11", 2, script("f = lambda x: x\n")),
@@ -119,6 +126,10 @@ REJECT = [
     ("R11", 2, script("assert args\n")),
     ("R11", 2, script("if (n := 1):\n    pass\n")),
     ("R11", 1, "@staticmethod\n" + HEAD + "    return 1\n"),
+    ("R11", 5, script("try:\n    pass\nfinally:\n    return 1\n")),
+    ("R11", 6, script("for i in range(2):\n    try:\n        pass\n    finally:\n        break\n")),
+    ("R11", 5, script('CACHE["k"] = 1\n', before="CACHE = {}\n\n\n")),
+    ("R11", 6, script("x = SEEN\nx.append(1)\n", before="SEEN = []\n\n\n")),
     ("R11", 2, "def h(ctx):\n    return await ctx.run('image.generate', {})\n" + HEAD
      + "    return h(ctx)\n"),
     ("R12", 2, "def f(n):\n    return f(n)\n" + HEAD + "    return f(1)\n"),
@@ -225,8 +236,9 @@ ACCEPT = {
         'for _ in range(2):\n    pass\nreturn f"{args!r} {len(args):>4}"\n'),
     "R07-allowed-builtins": script(
         'return [len("a"), abs(-1), round(1.5), str(1), int("1"), float(1), bool(0),'
-        ' dict(a=1), tuple([1]), any([]), all([]), isinstance(1, int), repr(1),'
-        ' divmod(5, 2), chr(65), ord("a"), max(1, 2), min(1, 2), sum([1])]\n'),
+        ' dict(a=1), tuple([1]), any([]), all([]), isinstance(1, int), divmod(5, 2),'
+        ' chr(65), ord("a"), max(1, 2), min(1, 2), sum([1]), len(set([1])),'
+        ' len(frozenset([1])), list(reversed([1])), list(zip([1], [2]))]\n'),
     "R08-granted-capabilities": script(
         'a = await ctx.run("image.generate", {"prompt": "x"})\n'
         'b = await ctx.run("review.visual", {"image": a})\nreturn b\n'),
@@ -240,6 +252,27 @@ ACCEPT = {
             r = None
         return r
         """),
+    "R06-data-methods-error-fields-and-remainders": script(
+        """\
+        parts = [p.strip().lower() for p in args["parts"][:4]]
+        odd = [i for i in range(8) if i % 2]
+        try:
+            r = await ctx.run("text.generate", {"prompt": ", ".join(parts)})
+        except CapabilityError as e:
+            r = {"error": e.message, "code": e.code}
+        return [r.get("text", ""), odd, SIZES[1] % 3]
+        """, before="SIZES = [256, 512]\n\n\n"),
+    "R10-take": script('return await ctx.run("image.generate", {"prompt": "x"}, take=2)\n'),
+    "R11-finally-and-copied-constants": script(
+        """\
+        sizes = list(SIZES)
+        sizes.append(1024)
+        try:
+            r = await ctx.run("text.generate", {"prompt": "x"})
+        finally:
+            ctx.log("done")
+        return [sizes, r]
+        """, before="SIZES = [256, 512]\n\n\n"),
     "R10-strings-mentioning-site": script('return {"site": "_site_map", "x": "my _site"}\n'),
     "R11-del-and-raise": script('d = {"a": 1}\ndel d["a"]\nif not d:\n'
                                 '    raise RuntimeError("empty")\nreturn d\n'),

@@ -54,3 +54,19 @@ hypothesmith = pytest.importorskip("hypothesmith")
 @given(hypothesmith.from_grammar())
 def test_random_valid_python(source: str) -> None:
     _assert_sound(source)
+
+
+_PIECES = [*"()[]{}-+~* \n\t'\"#\\ab", "not ", "await ", "lambda ", '"""', "'''"]
+_CODEISH = st.lists(st.sampled_from(_PIECES), max_size=300).map("".join)
+
+
+@_SETTINGS
+@given(_CODEISH)
+def test_quick_prescan_never_hides_what_the_token_scan_finds(text: str) -> None:
+    from orchestrator.checker import limits
+
+    if limits._surely_shallow(text) and limits.token_scan(text) is not None:
+        # Only text the tokenizer cannot read (an unterminated string) may differ; the
+        # parser rejects it anyway, so the verdict is R00 either way.
+        tree, failure = limits.parse(text)
+        assert tree is None and failure is not None and failure.rule == "R00"

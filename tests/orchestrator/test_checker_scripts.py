@@ -153,3 +153,98 @@ def test_frame_and_code_walks_are_rejected(walk: str) -> None:
     report = check("async def orchestrate(ctx, args):\n    " + walk + "\n")
     assert not report.valid
     assert "R06" in {v.rule for v in report.violations}
+
+
+# ---- the scripts the project ships stay valid ------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = sorted([*(ROOT / "tests" / "fixtures" / "scripts").glob("*.py"),
+                  *(ROOT / "orchestrator" / "demo").glob("*.script")])
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=[p.name for p in SHIPPED])
+def test_shipped_scripts_stay_valid(path: Path) -> None:
+    report = check(path.read_text(encoding="utf-8"))
+    assert report.valid, report.to_json()
+
+
+def test_shipped_scripts_are_found() -> None:
+    assert len(SHIPPED) >= 20
+
+
+# ---- one builtins table for the checker and the sandbox ---------------------------------------
+
+def test_builtins_tables_come_from_the_language_table() -> None:
+    from orchestrator.checker import builtins as table
+    from sandbox import language
+
+    assert table.ALLOWED_BUILTINS == language.BUILTIN_NAMES
+    assert table.CATCHABLE_ERRORS == frozenset(language.CATCHABLE_ERRORS)
+    assert set(table.CTX_METHODS) == set(language.CTX_METHODS)
+    assert table.DATA_METHODS == language.DATA_METHODS
+    assert table.ERROR_FIELDS == language.ERROR_FIELDS
+
+
+def _accepts_free_name(name: str) -> bool:
+    return check(HEAD + f"    value = {name}\n    return 1\n").valid
+
+
+def test_free_names_the_checker_accepts_are_exactly_the_language_builtins() -> None:
+    import builtins
+
+    from orchestrator.checker.builtins import DENIED_BUILTIN_REASONS, NONDETERMINISTIC_NAMES
+    from sandbox import language
+
+    candidates = (set(dir(builtins)) | set(language.BUILTIN_NAMES)
+                  | set(DENIED_BUILTIN_REASONS) | set(NONDETERMINISTIC_NAMES)
+                  | {"CapabilityError", "ScriptStopped", "asyncio", "ctx_", "loop"})
+    accepted = {name for name in candidates if _accepts_free_name(name)}
+    assert accepted == set(language.BUILTIN_NAMES)
+
+
+def test_repr_is_refused_with_a_hint() -> None:
+    report = check(HEAD + "    return repr(args)\n")
+    (violation,) = report.violations
+    assert violation.rule == "R07" and "str()" in violation.message
+
+
+# ---- the quick prescan never disagrees with the token scan -----------------------------------
+
+_PRESCAN_SAMPLES = [
+    *DEEP,
+    "x = '" + "(" * 50 + "'\n",
+    "# " + "(" * 50 + "\n",
+    '"""\n' + "((((" * 20 + '\n"""\n',
+    "x = '" + "-" * 60 + "'\n",
+    "x = " + "- " * 30 + "not " * 20 + "1\n",
+    "x = a" + " ** b" * 30 + "\n",
+    "x = " + "(" * 41 + "1" + ")" * 41 + "\n",
+    "x = " + "(" * 40 + "1" + ")" * 40 + "\n",
+    "x = (\n" + "  [\n" * 45 + "  ]\n" * 45 + ")\n",
+    "x = 1 \\\n" + " - \\\n" * 45 + " 1\n",
+    "".join(" " * i + "if a:\n" for i in range(30)) + " " * 30 + "pass\n",
+    "".join("\t" * i + "if a:\n" for i in range(26)) + "\t" * 26 + "pass\n",
+]
+
+
+@pytest.mark.parametrize("text", _PRESCAN_SAMPLES, ids=range(len(_PRESCAN_SAMPLES)))
+def test_quick_prescan_is_an_over_estimate(text: str) -> None:
+    from orchestrator.checker import limits
+
+    exact = limits.token_scan(text)
+    assert limits.prescan(text) == exact
+    if limits._surely_shallow(text):
+        assert exact is None
+
+
+def test_rules_doc_lists_the_language_table() -> None:
+    """docs/rules.md is what a model reads: it must name every allowed builtin, data method
+    and error field, and not offer repr."""
+    from sandbox import language
+
+    doc = (ROOT / "docs" / "rules.md").read_text(encoding="utf-8")
+    section = doc[doc.index("## What a script may name"):doc.index("## Decisions")]
+    names = (set(language.BUILTIN_NAMES) | language.DATA_METHODS | language.ERROR_FIELDS)
+    missing = sorted(name for name in names if f"`{name}`" not in section)
+    assert missing == []
+    assert "`repr`" not in section
