@@ -1438,3 +1438,116 @@ shape("pipeline_into_helper", "dag", (
             return image["artifact"]["id"]
      '''), "succeeded", 2, calls={"replayed": 1, "executed": 2})),
     xfail=CHAIN_BY_AWAIT)
+
+# -- third round: refactors a model makes while repairing --
+
+TWO_FANOUTS_V1 = _s(f'''
+    async def orchestrate(ctx, args):
+        async def gen(prompt, size):
+            return await ctx.run("image.generate", {{"prompt": prompt, "size": size}})
+
+        doors = await ctx.parallel([gen(p, "1024x1024") for p in ["a red door", "a blue door"]])
+        walls = await ctx.parallel([gen(p, s) for p, s in [("a brick wall", "1024x1024"),
+                                                           ("a stone wall", "{BAD}")]])
+        return len(doors) + len(walls)
+''')
+
+shape("merge_two_fanouts", "parallelise", (
+    "Two fanouts through one helper merged into one comprehension. The second fanout's "
+    "helper call was a frozen site of its own and the merged candidate has one site "
+    "for that expression, already standing for the first: the gate stops (removed). "
+    "Safe, though every committed payload is still there."),
+    (Step(TWO_FANOUTS_V1, "failed", 4, "CapabilityError", {"succeeded": 3, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            async def gen(prompt, size):
+                return await ctx.run("image.generate", {"prompt": prompt, "size": size})
+
+            jobs = [("a red door", "1024x1024"), ("a blue door", "1024x1024"),
+                    ("a brick wall", "1024x1024"), ("a stone wall", "1024x1024")]
+            images = await ctx.parallel([gen(p, s) for p, s in jobs])
+            return len(images)
+     '''), "stopped", 0, "GateRejected", {"executed": 0}, gate=("removed",))))
+
+shape("split_one_fanout", "parallelise", (
+    "One fanout split into two comprehensions through the same helper: the first keeps "
+    "the frozen site, the second is a new site whose calls find the committed slots by "
+    "payload (each unique) and replay; only the fixed shot is paid."),
+    (Step(FANOUT4_V1, "failed", 4, "CapabilityError", {"succeeded": 3, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            shots = args["shots"][:4]
+
+            async def gen(i, shot):
+                size = "1024x1024"
+                return await ctx.run("image.generate", {"prompt": shot, "size": size})
+
+            early = await ctx.parallel([gen(i, s) for i, s in enumerate(shots[:2])])
+            late = await ctx.parallel([gen(i, s) for i, s in enumerate(shots[2:4])])
+            return len(early) + len(late)
+     '''), "succeeded", 1, calls={"replayed": 3, "executed": 1})),
+    args=SHOTS)
+
+shape("body_into_main", "wrap", (
+    "The whole body moved into an async helper main() called once from orchestrate, "
+    "the failing call fixed: every frozen site is relocated (each expression is unique) "
+    "and replays."),
+    (Step(SEQ3_V1, "failed", 3, "CapabilityError", {"succeeded": 2, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            async def main():
+                hero = await ctx.run("image.generate", {"prompt": "hero on a cliff"})
+                villain = await ctx.run("image.generate", {"prompt": "villain in a tower"})
+                crowd = await ctx.run("image.generate", {"prompt": "crowd", "size": "512x512"})
+                return [hero["artifact"]["id"], villain["artifact"]["id"],
+                        crowd["artifact"]["id"]]
+
+            return await main()
+     '''), "succeeded", 1, calls={"replayed": 2, "executed": 1}, relocations=2)))
+
+shape("body_into_main_helper_twice", "wrap", (
+    "The same refactor when the body calls one helper twice: the two frozen sites share "
+    "a call expression and the chain now has main() in front, so neither matches "
+    "uniquely: the gate stops (ambiguous) before any sandbox. Safe, but a common "
+    "refactor buys nothing back."),
+    (Step(HELPER_PAIR_V1, "failed", 3, "CapabilityError", {"succeeded": 2, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            async def gen(prompt):
+                return await ctx.run("image.generate", {"prompt": prompt})
+
+            async def main():
+                first = await gen("a red door")
+                second = await gen("a blue door")
+                cover = await ctx.run("image.generate", {"prompt": "cover"})
+                return [first["prompt"], second["prompt"], cover["artifact"]["id"]]
+
+            return await main()
+     '''), "stopped", 0, "GateRejected", {"executed": 0}, gate=("ambiguous", "ambiguous"))))
+
+shape("storyboard_fanout_fixed", "parallelise", (
+    "A data-dependent fanout: a storyboard plan feeds a fanout of images, the last shot "
+    "asks for an unsupported size. The fix keeps the plan call and the image expression; "
+    "the plan and three shots replay, the fourth is paid."),
+    (Step(_s(f'''
+        async def orchestrate(ctx, args):
+            board = await ctx.run("storyboard.plan", {{"brief": "a harbour at dawn", "shots": 4}})
+            sizes = ["1024x1024", "1024x1024", "1024x1024", "{BAD}"]
+
+            async def shoot(i, shot):
+                return await ctx.run("image.generate", {{"prompt": shot, "size": sizes[i]}})
+
+            images = await ctx.parallel([shoot(i, s) for i, s in enumerate(board["shots"][:4])])
+            return [img["artifact"]["id"] for img in images[:4]]
+     '''), "failed", 5, "CapabilityError", {"succeeded": 4, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            board = await ctx.run("storyboard.plan", {"brief": "a harbour at dawn", "shots": 4})
+            sizes = ["1024x1024", "1024x1024", "1024x1024", "1536x1024"]
+
+            async def shoot(i, shot):
+                return await ctx.run("image.generate", {"prompt": shot, "size": sizes[i]})
+
+            images = await ctx.parallel([shoot(i, s) for i, s in enumerate(board["shots"][:4])])
+            return [img["artifact"]["id"] for img in images[:4]]
+     '''), "succeeded", 1, calls={"replayed": 4, "executed": 1})))
