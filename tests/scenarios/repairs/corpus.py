@@ -1551,3 +1551,25 @@ shape("storyboard_fanout_fixed", "parallelise", (
             images = await ctx.parallel([shoot(i, s) for i, s in enumerate(board["shots"][:4])])
             return [img["artifact"]["id"] for img in images[:4]]
      '''), "succeeded", 1, calls={"replayed": 4, "executed": 1})))
+
+shape("constant_image_loop_into_parallel", "loops", (
+    "The image version of constant_text_loop_into_parallel: three identical paid takes "
+    "moved into a ctx.parallel branch. With three identical unused slots rule 2 does not "
+    "pick one, so the first moved take is a side-effecting semantic repeat: denied under "
+    "auto, nothing paid, and the repair is blocked although it asks for nothing new."),
+    (Step(CONST_LOOP_V1, "failed", 3, "RuntimeError", {"succeeded": 3}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            async def retakes():
+                takes = []
+                for i in range(3):
+                    takes.append(await ctx.run("image.generate", {"prompt": "the same retake"}))
+                return takes
+
+            async def caption():
+                return await ctx.run("text.generate", {"prompt": "caption the retakes"})
+
+            takes, text = await ctx.parallel([retakes(), caption()])
+            return [len(takes), text["text"]]
+     '''), "stopped", 0, "SemanticRepeatDenied", {"executed": 0, "denied": 1},
+          relocations=1)))
