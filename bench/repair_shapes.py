@@ -116,8 +116,8 @@ def main() -> None:
     print("v2 outcomes: " + ", ".join(f"{n} {k}" for k, n in sorted(outcomes.items())))
     print(f"silent duplicate paid calls: {silent}; wrong reuse: {wrong}; "
           f"shapes with a known core defect (x): {sum(1 for s in shapes if s.xfail)}")
-    print("(a stopped v2 pays nothing and does nothing: the rerun column is what the same "
-          "script would have bought from scratch)")
+    print("(a stopped v2 pays only for what it ran before the stop; the rerun column is "
+          "what the same script buys from scratch, where nothing stops it)")
 
 
 if __name__ == "__main__":
