@@ -1,8 +1,11 @@
 """Tag every counted call of the decoded text with its local site.
 
 ``ctx.run(...)`` / ``ctx.race(...)`` get a ``_site="…"`` keyword; a call of an
-async helper that reaches one is wrapped as ``__at__("…", helper(...))``, so
-the runtime knows the chain of call sites that led to each capability call.
+async helper that reaches one is wrapped as ``__at__("…", helper(...))`` and a
+helper handed over as a value (a ``ctx.pipeline`` stage, a ``ctx.dag`` node) as
+``__fn__(helper)``, so the runtime knows the chain of call sites that led to
+each capability call: the chain where the call expression stands in the source,
+wherever the coroutine is later awaited.
 Every insertion stays on the line it belongs to, so line numbers do not move.
 An existing ``_site`` is accepted only when it equals the computed site. The
 annotated text is parsed again and must yield the same sites and tags, which
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from broker.errors import AnnotationError
 from orchestrator.sites import (
     AT_FUNCTION,
+    FN_FUNCTION,
     SITE_KEYWORD,
     Site,
     is_site_call,
@@ -98,6 +102,12 @@ def annotate(text: str, tree: ast.Module | None = None) -> Annotated:
     # so a wrapper's ")" (0) lands before a `_site=` keyword (1) before an opening (2).
     inserts: list[tuple[int, int, str]] = []
     for node in ast.walk(tree):
+        if id(node) in table.handed and isinstance(node, ast.Name):
+            start = offsets.index(node.lineno, node.col_offset)
+            end = offsets.index(node.end_lineno or node.lineno, node.end_col_offset or 0)
+            inserts.append((start, 2, f"{FN_FUNCTION}("))
+            inserts.append((end, 0, ")"))
+            continue
         counted = table.local.get(id(node))
         if counted is None or not isinstance(node, ast.Call):
             continue
@@ -127,9 +137,12 @@ def verify_annotation(annotated: Annotated) -> None:
             (s.site, s.fingerprint) for s in annotated.sites]:
         raise AnnotationError("annotation changed the call structure; report this as a bug")
     for node in ast.walk(tree):
+        if (id(node) in again.handed) != (isinstance(node, ast.Name) and id(node) in tags):
+            raise AnnotationError(f"line {getattr(node, 'lineno', 0)}: a helper handed over "
+                                  "as a value without its tag (or a tag around another name)")
         counted = again.local.get(id(node))
         if counted is None or not isinstance(node, ast.Call):
-            if id(node) in tags:
+            if id(node) in tags and not isinstance(node, ast.Name):
                 raise AnnotationError(f"line {getattr(node, 'lineno', 0)}: a call-site tag "
                                       "around a call that does not reach a capability")
             continue

@@ -35,6 +35,7 @@ from broker.identity import sha256_hex
 SITE_KEYWORD = "_site"
 SITE_METHODS = frozenset({"run", "race"})
 AT_FUNCTION = "__at__"  # the host's call-site tag around a helper call
+FN_FUNCTION = "__fn__"  # ... and around a helper handed over as a value
 RACE = "ctx.race"
 ENTRY = "orchestrate"
 MAX_SITES = 10_000
@@ -81,6 +82,12 @@ def is_at_call(node: ast.AST) -> TypeGuard[ast.Call]:
     return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
             and node.func.id == AT_FUNCTION and len(node.args) == 2 and not node.keywords
             and isinstance(node.args[1], ast.Call))
+
+
+def is_fn_call(node: ast.AST) -> TypeGuard[ast.Call]:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == FN_FUNCTION and len(node.args) == 1 and not node.keywords
+            and isinstance(node.args[0], ast.Name))
 
 
 def capability_of(call: ast.Call) -> str:
@@ -144,27 +151,31 @@ class _Function:
 
 
 def unwrap_at(tree: ast.AST) -> dict[int, str]:
-    """Replace each ``__at__("site", helper(...))`` by the helper call, in place.
+    """Replace each ``__at__("site", helper(...))`` by the helper call and each
+    ``__fn__(helper)`` by the name, in place.
 
-    Returns the tag of every unwrapped helper call (by node id), so the annotation
-    can be verified after a re-parse.
+    Returns the tag of every unwrapped node (by node id; "" for a ``__fn__`` name),
+    so the annotation can be verified after a re-parse.
     """
     tags: dict[int, str] = {}
     for node in ast.walk(tree):
         for name, value in ast.iter_fields(node):
             if isinstance(value, list):
                 for index, item in enumerate(value):
-                    if is_at_call(item):
+                    if is_at_call(item) or is_fn_call(item):
                         value[index] = _take_tag(item, tags)
-            elif is_at_call(value):
+            elif is_at_call(value) or is_fn_call(value):
                 setattr(node, name, _take_tag(value, tags))
     return tags
 
 
-def _take_tag(at: ast.Call, tags: dict[int, str]) -> ast.Call:
-    inner = at.args[1]
+def _take_tag(wrapper: ast.Call, tags: dict[int, str]) -> ast.expr:
+    if is_fn_call(wrapper):
+        tags[id(wrapper.args[0])] = ""
+        return wrapper.args[0]
+    inner = wrapper.args[1]
     assert isinstance(inner, ast.Call)
-    tag = at.args[0]
+    tag = wrapper.args[0]
     tags[id(inner)] = tag.value if isinstance(tag, ast.Constant) and isinstance(
         tag.value, str) else ""
     return inner
@@ -361,10 +372,12 @@ def _headers(stmt: ast.stmt) -> list[ast.AST]:
 
 @dataclass(frozen=True)
 class SiteTable:
-    """Every site reachable from the entry point, and every counted call's local site."""
+    """Every site reachable from the entry point, every counted call's local site, and
+    every name that hands an effectful helper over as a value."""
 
     sites: tuple[Site, ...]
     local: dict[int, LocalCall]  # by id() of the call node in the parsed tree
+    handed: frozenset[int] = frozenset()  # id() of those names
 
     def by_site(self) -> dict[str, Site]:
         return {s.site: s for s in self.sites}
@@ -379,7 +392,17 @@ def site_table(tree: ast.Module) -> SiteTable:
     roots = [f for f in program.functions if f.qualname == ENTRY]
     for root in roots:
         _walk_chain(program, local, root, (), (), None, [], sites)
-    return SiteTable(tuple(sites.values()), local.calls)
+    return SiteTable(tuple(sites.values()), local.calls, _handed(program, local))
+
+
+def _handed(program: _Program, local: _LocalSites) -> frozenset[int]:
+    """Names of effectful helpers used as values (not called): the runtime must know the
+    chain they were handed over on, so the annotator tags them too."""
+    called = {id(c.node.func) for c in local.calls.values()}
+    return frozenset(id(name) for function in program.functions
+                     for name, targets in program.references(function)
+                     if id(name) not in called
+                     and any(program.is_effectful(t) for t in targets))
 
 
 def _walk_chain(program: _Program, local: _LocalSites, function: _Function,

@@ -113,21 +113,51 @@ class _Call:
 
 
 class _At:
-    """A helper call, tagged by the host with its call site (``__at__`` in the script)."""
+    """A helper's coroutine, tagged by the host with the call sites that lead to it.
 
-    __slots__ = ("_coro", "_site")
+    The chain is taken where the helper call is *written* (the task's chain when
+    the host's ``__at__("site", helper(...))`` tag is evaluated, plus the site), and
+    set while the coroutine runs, wherever and by whichever task it is awaited:
+    a call's site is where it stands in the source, as the host's site table says.
+    """
 
-    def __init__(self, site, coro):
-        self._site = site
+    __slots__ = ("_chain", "_coro")
+
+    def __init__(self, chain, coro):
+        self._chain = chain
         self._coro = coro
 
+    @classmethod
+    def tagged(cls, site, coro):
+        return cls((*_current_chain(), site), coro)
+
     def __await__(self):
-        chain = _SCHEDULER.current.chain
-        chain.append(self._site)
+        task = _SCHEDULER.current
+        saved = task.chain
+        task.chain = list(self._chain)
         try:
             return (yield from _awaitable_iter(self._coro))
         finally:
-            chain.pop()
+            task.chain = saved
+
+
+class _Fn:
+    """A helper handed over as a value (``__fn__(helper)``): calls of it run on the chain
+    where it was handed over, as the host's site table says."""
+
+    __slots__ = ("_chain", "_fn")
+
+    def __init__(self, fn):
+        self._chain = _current_chain()
+        self._fn = fn
+
+    def __call__(self, *args):
+        return _At(self._chain, self._fn(*args))
+
+
+def _current_chain():
+    current = _SCHEDULER.current
+    return tuple(current.chain) if current is not None else ()
 
 
 class _Fanout:
@@ -172,13 +202,12 @@ class _Join:
         return (yield (_OP_JOIN, self._task))
 
 
-_AWAITABLES = (_Call, _At, _Fanout, _Race)
+_AWAITABLES = _Call | _At | _Fanout | _Race
+_CALLABLE = types.FunctionType | _Fn
 
 
 def _awaitable_iter(item):
-    if isinstance(item, types.CoroutineType):
-        return item.__await__()
-    if isinstance(item, _AWAITABLES):
+    if isinstance(item, types.CoroutineType | _AWAITABLES):
         return item.__await__()
     raise TypeError(f"cannot await {type(item).__name__}")
 
@@ -202,7 +231,7 @@ def _branch_items(name, items):
         raise TypeError(f"ctx.{name} takes a list of calls, got {type(items).__name__}")
     items = list(items)
     for item in items:
-        if not isinstance(item, (types.CoroutineType, *_AWAITABLES)):
+        if not isinstance(item, types.CoroutineType | _AWAITABLES):
             _close_all(items)
             raise TypeError(f"ctx.{name} takes a list of calls; got {type(item).__name__}: "
                             "call the helper, do not await it first")
@@ -659,7 +688,7 @@ class Context:
         if not isinstance(stages, list | tuple):
             raise TypeError("ctx.pipeline takes a list of stage functions")
         for stage in stages:
-            if not isinstance(stage, types.FunctionType):
+            if not isinstance(stage, _CALLABLE):
                 raise TypeError("ctx.pipeline stages are async functions of one argument")
         return _Fanout("pipeline", (list(stages), initial))
 
@@ -668,7 +697,7 @@ class Context:
             raise TypeError("ctx.dag takes a dict name -> (async function, [dependencies])")
         for name, spec in nodes.items():
             if not (isinstance(spec, list | tuple) and len(spec) == 2
-                    and isinstance(spec[0], types.FunctionType)
+                    and isinstance(spec[0], _CALLABLE)
                     and isinstance(spec[1], list | tuple)):
                 raise TypeError(f"ctx.dag node {name!r} must be (async function, [dependencies])")
             for dep in spec[1]:
@@ -710,7 +739,7 @@ def _check_acyclic(nodes):
 
 def script_builtins(log):
     """The builtins a script sees: exactly ``language.BUILTIN_NAMES`` (plus the host's
-    ``__at__`` call-site tag, which the checker never lets a script write)."""
+    ``__at__`` / ``__fn__`` call-site tags, which the checker never lets a script write)."""
     import builtins
 
     table = {name: getattr(builtins, name) for name in language.BUILTIN_FUNCTIONS
@@ -719,7 +748,8 @@ def script_builtins(log):
                   if name != "CapabilityError"})
     table.update({"True": True, "False": False, "None": None,
                   "CapabilityError": CapabilityError,
-                  "print": lambda *parts, **_: log(*parts), "__at__": _At})
+                  "print": lambda *parts, **_: log(*parts), "__at__": _At.tagged,
+                  "__fn__": _Fn})
     return table
 
 

@@ -15,6 +15,7 @@ from .builtins import (
     RUN_KEYWORDS,
 )
 from .model import Violation
+from .numeric import Numeric
 from .scope import COMPREHENSIONS, positional_params
 
 _METHODS = ", ".join(f"ctx.{m}" for m in CTX_METHODS)
@@ -186,10 +187,11 @@ def check_capabilities(an: Analysis) -> Iterator[Violation]:
 
 def check_run_arguments(an: Analysis) -> Iterator[Violation]:
     usage = CTX_USAGE["run"]
+    numeric = Numeric(an.model)
     for call, _ in an.ctx_calls("run"):
         seen: set[str] = set()
         for kw in call.keywords:
-            yield from _run_keyword(kw, seen, usage)
+            yield from _run_keyword(kw, seen, usage, numeric)
         if any(isinstance(a, ast.Starred) for a in call.args):
             yield Analysis.violation("R10", call, "*args in ctx.run hides the capability",
                                      f"write both arguments out: {usage}")
@@ -200,12 +202,15 @@ def check_run_arguments(an: Analysis) -> Iterator[Violation]:
                                      f"call it as {usage}")
 
 
-_TAKE_HINT = (f"write take=N with a literal N from 1 to {MAX_TAKE}, e.g. "
-              'await ctx.run("image.generate", {...}, take=2), or leave it out')
+_TAKE_HINT = (f"write take=N with a number N from 1 to {MAX_TAKE}, e.g. "
+              'await ctx.run("image.generate", {...}, take=2) or take=i + 1 in a loop over '
+              "range(...), or leave it out")
 
 
-def _run_keyword(kw: ast.keyword, seen: set[str], usage: str) -> Iterator[Violation]:
-    """``take=<int literal 1..MAX_TAKE>`` once; ``_site`` is reported by names.py."""
+def _run_keyword(kw: ast.keyword, seen: set[str], usage: str, numeric: Numeric
+                 ) -> Iterator[Violation]:
+    """``take=N`` once, N an int literal 1..MAX_TAKE or a provably numeric expression
+    (the runtime checks its range); ``_site`` is reported by names.py."""
     if kw.arg is None:
         yield Analysis.violation("R10", kw.value, "**kwargs in ctx.run is not allowed",
                                  f"pass the payload dict positionally: {usage}")
@@ -224,8 +229,13 @@ def _run_keyword(kw: ast.keyword, seen: set[str], usage: str) -> Iterator[Violat
                                  _TAKE_HINT)
         return
     seen.add(name)
-    value = kw.value.value if isinstance(kw.value, ast.Constant) else None
-    if not (type(value) is int and 1 <= value <= MAX_TAKE):
+    if isinstance(kw.value, ast.Constant):
+        value = kw.value.value
+        if not (type(value) is int and 1 <= value <= MAX_TAKE):
+            yield Analysis.violation("R10", kw.value,
+                                     f"take= must be an integer from 1 to {MAX_TAKE}, "
+                                     f"not {snippet(kw.value, 30)}", _TAKE_HINT)
+    elif not numeric.expr(kw.value):
         yield Analysis.violation("R10", kw.value,
-                                 f"take= must be an integer literal from 1 to {MAX_TAKE}, "
-                                 f"not {snippet(kw.value, 30)}", _TAKE_HINT)
+                                 f"take= must be a number, and {snippet(kw.value, 30)} is not "
+                                 "provably one", _TAKE_HINT)

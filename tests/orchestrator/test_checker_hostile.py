@@ -191,8 +191,8 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "take-bool": (_script('return await ctx.run("image.generate", {}, take=True)\n'), "R10"),
     "take-too-many": (_script('return await ctx.run("image.generate", {}, take=101)\n'),
                       "R10"),
-    "take-expression": (_script('return await ctx.run("image.generate", {}, take=1 + 1)\n'),
-                        "R10"),
+    "take-from-data": (_script('return await ctx.run("image.generate", {}, take=args["n"])\n'),
+                       "R10"),
     "take-and-other-keyword": (_script(
         'return await ctx.run("image.generate", {}, take=2, retries=3)\n'), "R10"),
     "take-twice-via-kwargs": (_script(

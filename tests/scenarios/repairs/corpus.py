@@ -950,7 +950,7 @@ shape("take_in_loop", "loops", (
                 takes.append(await ctx.run("image.generate", {"prompt": "retake"}, take=i + 1))
             return len(takes)
      '''), "succeeded", 1, calls={"replayed": 2, "executed": 1}, takes=1)),
-    xfail=TAKE_REFUSED)
+    )
 
 # -- payload --
 
@@ -1018,7 +1018,7 @@ shape("take_two", "payload", (
             again = await ctx.run("image.generate", {"prompt": "hero on a cliff"}, take=2)
             return [hero["artifact"]["id"], again["artifact"]["id"]]
      '''), "succeeded", 0, calls={"replayed": 2, "executed": 0})),
-    xfail=TAKE_REFUSED)
+    )
 
 shape("capability_swapped", "payload", (
     "The committed call's capability changed (image -> text): capability_changed at the "
@@ -1413,7 +1413,7 @@ shape("fallback_wrapper_helper", "insert", (
             poster = await with_fallback(poster_at("{BAD}"), "512x512")
             return [hero["artifact"]["id"], poster["artifact"]["id"]]
      '''), "succeeded", 2, calls={"replayed": 1, "executed": 2, "failed": 1})),
-    xfail=CHAIN_BY_AWAIT)
+    rerun_paid=1)  # the rejected poster is never committed: tried (and paid) on every run
 
 shape("pipeline_into_helper", "dag", (
     "The pipeline moved into a helper that first logs a kickoff call: the stage "
@@ -1437,7 +1437,7 @@ shape("pipeline_into_helper", "dag", (
             image = await produce([plan, draw])
             return image["artifact"]["id"]
      '''), "succeeded", 2, calls={"replayed": 1, "executed": 2})),
-    xfail=CHAIN_BY_AWAIT)
+    )
 
 # -- third round: refactors a model makes while repairing --
 
