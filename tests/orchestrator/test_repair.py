@@ -80,10 +80,10 @@ def test_first_prompt_carries_failure_frozen_sites_and_scripts(fanout_run: Servi
     assert system["role"] == "system" and "image.generate" in system["content"]
     assert "{{CATALOG}}" not in system["content"]
     prompt = user["content"]
-    for needle in ("CapabilityError", "orchestrate/#0>orchestrate.gen/#0@3:0", "invalid_parameter",
-                   "image.generate", "`orchestrate/#0>orchestrate.gen/#0`", "3 committed occurrence(s)",
-                   FROZEN_LINE, 'size = "999x999" if i == last else "1024x1024"',
-                   '"a lighthouse"'):
+    for needle in ("CapabilityError", "orchestrate/#0>orchestrate.gen/#0@3:0",
+                   "invalid_parameter", "image.generate", "`orchestrate/#0>orchestrate.gen/#0`",
+                   "3 committed occurrence(s)", FROZEN_LINE,
+                   'size = "999x999" if i == last else "1024x1024"', '"a lighthouse"'):
         assert needle in prompt, needle
 
 
@@ -140,7 +140,12 @@ def test_truncated_candidate_is_refused_by_the_call_count_guard(two_step_run: Se
     first = result.attempts[0]
     assert first.refused_by == ("call_count",)  # checker and gate both accept it
     assert (first.calls, first.required_calls) == (1, 2)
-    assert "Call-count guard" in feedback and "has 1 capability call(s)" in feedback
+    assert "Call-count guard" in feedback
+    assert "has 1 capability call expression(s) in its source" in feedback
+    # The dropped call is named with its line in the failed script.
+    assert [(c.capability, c.line) for c in first.dropped] == [("image.generate", 3)]
+    assert ("It dropped:\n- image.generate at line 3 of the failed script:\n"
+            '      hero = await ctx.run("image.generate"') in feedback
     assert result.accepted and result.candidate == TWO_STEP_FIXED
 
 
