@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from broker.catalog import CATALOG
-from broker.envelope import Envelope
+from broker.envelope import Budget, Envelope
 from broker.settings import OrphanPolicy, SandboxKind, Settings
 from orchestrator.cli import app
 from orchestrator.cli_common import (
@@ -238,6 +238,25 @@ def test_an_orphan_stop_goes_back_as_the_next_round(tmp_path: Path) -> None:
     assert ('- `orchestrate/#0>orchestrate.gen/#0@2:0` (image.generate); payload '
             '{"model": "local-image-1", "prompt": "a gull", "size": "1024x1024"}') in feedback
     assert fixed.run is not None and fixed.run.status == "succeeded"
+
+
+def test_a_budget_stop_goes_back_as_the_next_round(services: Services) -> None:
+    tight = Envelope(budget=Budget(max_calls=5))  # the first run made 4 provider attempts
+    services.pipeline().run("budget", SIZES_V1, SHOTS, tight)
+    captioned = SIZES_FIXED.replace(
+        '    return {"images"', '    note = await ctx.run("text.generate", {"prompt": "caption"})\n'
+        '    return {"note": note["text"], "images"')
+    with ModelServer([fenced(captioned), fenced(SIZES_FIXED)]) as server:
+        result = repair_dynamic_source(store=services.store, run_id="budget",
+                                       model=http_model(server), max_attempts=2,
+                                       execute=executor(services, "budget", SHOTS, tight))
+        feedback = server.prompts()[1]
+    over, fixed = result.attempts
+    assert over.run is not None and over.run.refusal == "budget" and over.spend == 0.02
+    assert "(budget: BudgetExceeded)" in feedback and "allows no more new provider calls" \
+        in feedback
+    assert fixed.run is not None and fixed.run.status == "succeeded"
+    assert (fixed.run.replayed, fixed.run.executed, fixed.spend) == (4, 0, 0)
 
 
 def test_runtime_feedback_off_ends_at_the_first_run(services: Services) -> None:
