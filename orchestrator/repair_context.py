@@ -129,7 +129,7 @@ def _ran(revision: RevisionRecord) -> bool:
         "succeeded", "failed", "stopped")
 
 
-def _choose_failed(store: RunStore, run_id: str, revisions: list[RevisionRecord],
+def _choose_failed(run_id: str, revisions: list[RevisionRecord],
                    failed_revision: int | None) -> RevisionRecord:
     if not revisions:
         raise InputError(f"run {run_id!r} has no revisions; run it first with "
@@ -154,8 +154,8 @@ def load_context(store: RunStore, run_id: str, *, args: Any = MISSING,
     ``args`` defaults to the args stored with the run's latest revision.
     """
     revisions = store.list_revisions(run_id)
-    failed = _choose_failed(store, run_id, revisions, failed_revision)
-    if isinstance(args, type(MISSING)):
+    failed = _choose_failed(run_id, revisions, failed_revision)
+    if args is MISSING:
         args = resolve_inputs(store, run_id).args
     slots = store.list_slots(run_id)
     frozen = frozen_sites(slots)
@@ -187,9 +187,12 @@ def _frozen_lines(frozen: dict[str, FrozenSite], slots: list[SlotRecord],
                   revisions: list[RevisionRecord]) -> dict[str, SourceLine]:
     lines: dict[str, SourceLine] = {}
     texts = {r.revision: r.source_text for r in revisions}
-    for name in frozen:
+    for name, want in frozen.items():
         site = by_storage.get(name)
-        if site is not None and site.capability == frozen[name].capability:
+        # The failed script's call stands for the committed one only with the same
+        # expression (a call committed by a later candidate may differ from it).
+        if site is not None and site.capability == want.capability and (
+                want.capability == RACE or site.fingerprint == want.fingerprint):
             lines[name] = SourceLine(site.line, source_line(failed.source_text, site.line,
                                                             site.end_line))
             continue

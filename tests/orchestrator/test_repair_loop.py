@@ -218,6 +218,10 @@ def test_a_ledger_denial_goes_back_with_the_calls_it_committed(services: Service
     assert fixed.run is not None and fixed.run.status == "succeeded"
     assert (fixed.run.replayed, fixed.run.executed, fixed.spend) == (2, 0, 0)
     assert result.spend == 0.02
+    # The call committed by the candidate is quoted from the candidate, not from the
+    # failed script (whose call at that site had another expression).
+    line = load_context(services.store, "rep", failed_revision=1).frozen_lines["orchestrate/#1"]
+    assert (line.where, line.line) == ("revision 2", 3) and '"512x512"' in line.text
 
 
 def test_an_orphan_stop_goes_back_as_the_next_round(tmp_path: Path) -> None:
