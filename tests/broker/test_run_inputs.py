@@ -94,7 +94,7 @@ def test_missing_or_invalid_stored_inputs_fail_closed(store):
     store.ensure_run(RUN)
     store.add_revision(RUN, "src", "h", args=args_bytes({}),
                        envelope=b'{"grants": ["no.such.capability"]}')
-    with pytest.raises(InputError, match="no longer valid.*pass --envelope"):
+    with pytest.raises(InputError, match=r"no longer valid.*pass --envelope"):
         resolve_inputs(store, RUN)
     assert resolve_inputs(store, RUN, envelope=Envelope()).args == {}
     with store.engine.begin() as conn:
