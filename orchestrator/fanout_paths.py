@@ -151,8 +151,8 @@ class _Env:
     def sequence(self, node: ast.expr) -> tuple[Any, ...] | None:
         try:
             value = self.value(node, 0)
-        except (_Unknown, RecursionError):
-            return None
+        except (_Unknown, RecursionError, TypeError, ValueError, KeyError, IndexError):
+            return None  # whatever the data, an element that cannot be named is not named
         if isinstance(value, dict):
             value = list(value)
         return tuple(value) if isinstance(value, list | tuple) else None
