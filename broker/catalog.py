@@ -83,6 +83,15 @@ class Capability(BaseModel):
     unit_price: float
     input_model: type[_Input]
     provider: str
+    # Payload fields that carry a secret (a token, a signed URL): never shown to a model or
+    # printed in a report; the digest still covers them.
+    secret_fields: frozenset[str] = frozenset()
+
+    def redact(self, payload: Any) -> Any:
+        """``payload`` with every secret field's value replaced by ``"<secret>"``."""
+        if not isinstance(payload, dict) or not self.secret_fields:
+            return payload
+        return {k: "<secret>" if k in self.secret_fields else v for k, v in payload.items()}
 
     def normalize(self, payload: Any) -> dict[str, Any]:
         """The payload as the schema reads it, defaults filled in (the digest's input).

@@ -20,6 +20,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -104,6 +105,25 @@ class Revision(Base):
     source_digest: Mapped[str] = mapped_column(String(128))
     status: Mapped[str] = mapped_column(String(20))
     summary: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # The run's inputs as this revision received them, by digest (bytes in ``blobs``);
+    # NULL for revisions written before the store kept inputs.
+    args_digest: Mapped[str | None] = mapped_column(String(64))
+    envelope_digest: Mapped[str | None] = mapped_column(String(64))
+
+
+class Blob(Base):
+    """A JSON value of a run by the sha256 of its canonical bytes: args, envelopes, and
+    the payloads that reached the broker. Content-addressed, so written once."""
+
+    __tablename__ = "blobs"
+
+    run_id: Mapped[str] = mapped_column(
+        String(200), ForeignKey("runs.run_id", ondelete="CASCADE"), primary_key=True
+    )
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))  # args | envelope | payload (first writer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
@@ -236,4 +256,5 @@ def run_record(row: Any) -> RunRecord:
 def revision_record(row: Any) -> RevisionRecord:
     return RevisionRecord(run_id=row.run_id, revision=row.revision,
                           source_digest=row.source_digest, source_text=row.source_text,
-                          status=row.status, created_at=row.created_at, summary=row.summary)
+                          status=row.status, created_at=row.created_at, summary=row.summary,
+                          args_digest=row.args_digest, envelope_digest=row.envelope_digest)

@@ -106,6 +106,8 @@ class RevisionRecord:
     status: str
     created_at: datetime
     summary: dict[str, Any] | None = None
+    args_digest: str | None = None  # the run's inputs as this revision received them
+    envelope_digest: str | None = None
 
 
 @dataclass(frozen=True)

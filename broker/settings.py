@@ -83,6 +83,19 @@ class Settings(BaseSettings):
     model_base_url: str | None = None
     model_api_key: SecretStr | None = None
     model_name: str | None = None
+    model_timeout_seconds: float = Field(
+        default=120.0, gt=0, le=3600, description="one model request at most this long, "
+        "connecting and reading the whole answer")
+    model_retries: int = Field(
+        default=3, ge=0, le=10, description="retries of a transient model endpoint failure "
+        "(429, 5xx, timeout, dropped connection, malformed answer)")
+    model_backoff_seconds: float = Field(
+        default=1.0, ge=0, le=60, description="delay before the first retry; doubles for each "
+        "further one (a Retry-After header wins, up to 60 s)")
+    model_max_backoff_seconds: float = Field(default=30.0, ge=0, le=600)
+    model_deadline_seconds: float = Field(
+        default=300.0, gt=0, le=7200, description="one model answer, retries included, at "
+        "most this long: no request starts after it and none runs past it")
 
     @field_validator("home", "sandbox_pin")
     @classmethod

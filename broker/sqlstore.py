@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, Operation
 
 from broker import models
 from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
-from broker.identity import Identity
+from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import attempt_record, revision_record, run_record, slot_record
 from broker.names import validate_name
@@ -62,6 +62,7 @@ attempts = cast(Table, models.Attempt.__table__)
 certificates = cast(Table, models.Certificate.__table__)
 orphans = cast(Table, models.Orphan.__table__)
 events = cast(Table, models.Event.__table__)
+blobs = cast(Table, models.Blob.__table__)
 
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
 _NOT_CLAIMABLE = {*_OPEN, AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
@@ -98,7 +99,18 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     return run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
 
 
-def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str) -> int:
+def put_blob_txn(conn: Connection, run_id: str, kind: str, data: bytes) -> str:
+    """Store ``data`` under its sha256 for the run (once: same digest, same bytes)."""
+    digest = sha256_hex(data)
+    conn.execute(_upsert(conn, blobs).values(run_id=run_id, digest=digest, kind=kind,
+                                             data=data, created_at=models.utcnow())
+                 .on_conflict_do_nothing(index_elements=["run_id", "digest"]))
+    return digest
+
+
+def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str,
+                     args: bytes | None = None, envelope: bytes | None = None) -> int:
+    """Number the next revision; its inputs (canonical JSON bytes) are stored with it."""
     now = models.utcnow()
     # Touching the run first locks its row on PostgreSQL, which serializes
     # numbering per run; the primary key (run_id, revision) is the backstop.
@@ -108,9 +120,13 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     latest = conn.execute(select(func.max(revisions.c.revision))
                           .where(revisions.c.run_id == run_id)).scalar()
     number = (latest or 0) + 1
+    args_digest = None if args is None else put_blob_txn(conn, run_id, "args", args)
+    envelope_digest = None if envelope is None else put_blob_txn(conn, run_id, "envelope",
+                                                                 envelope)
     conn.execute(insert(revisions).values(run_id=run_id, revision=number, source_text=source_text,
                                           source_digest=source_digest, status="running",
-                                          summary=None, created_at=now))
+                                          summary=None, created_at=now, args_digest=args_digest,
+                                          envelope_digest=envelope_digest))
     conn.execute(update(runs).where(runs.c.run_id == run_id).values(revisions=number))
     return number
 
@@ -353,9 +369,10 @@ class SqlStore:
         if result.rowcount == 0:
             raise RunNotFound(f"run {run_id!r} does not exist", run_id=run_id)
 
-    def add_revision(self, run_id: str, source_text: str, source_digest: str) -> int:
+    def add_revision(self, run_id: str, source_text: str, source_digest: str, *,
+                     args: bytes | None = None, envelope: bytes | None = None) -> int:
         return self._run("adding a revision", lambda c: add_revision_txn(
-            c, run_id, source_text, source_digest), race_retries=50)
+            c, run_id, source_text, source_digest, args, envelope), race_retries=50)
 
     def finish_revision(self, run_id: str, revision: int, status: str,
                         summary: dict[str, Any]) -> None:
@@ -376,6 +393,21 @@ class SqlStore:
         rows = self._run("listing revisions", lambda c: c.execute(select(revisions).where(
             revisions.c.run_id == run_id).order_by(revisions.c.revision)).all(), write=False)
         return [revision_record(r) for r in rows]
+
+    # -- blobs (inputs and payloads by digest) --
+
+    def put_blob(self, run_id: str, kind: str, data: bytes) -> str:
+        return self._run("storing a blob", lambda c: put_blob_txn(c, run_id, kind, data),
+                         race_retries=3)
+
+    def get_blobs(self, run_id: str, digests: Iterable[str]) -> dict[str, bytes]:
+        wanted = sorted(set(digests))
+        if not wanted:
+            return {}
+        rows = self._run("reading blobs", lambda c: c.execute(
+            select(blobs.c.digest, blobs.c.data).where(
+                blobs.c.run_id == run_id, blobs.c.digest.in_(wanted))).all(), write=False)
+        return {r.digest: bytes(r.data) for r in rows}
 
     # -- slots --
 

@@ -62,10 +62,14 @@ def author_messages(request: str, envelope: Envelope,
             {"role": "user", "content": user}]
 
 
-def _violations_message(report: CheckReport) -> str:
+def _violations_message(report: CheckReport, script: str) -> str:
+    """Each violation with the script's offending line, as the repair loop shows them."""
+    source = script.split("\n")
     lines = ["The checker rejected the script:"]
-    lines += [f"- {v.rule} line {v.line}: {v.message}\n    fix: {v.hint}"
-              for v in report.violations]
+    for v in report.violations:
+        text = source[v.line - 1].strip() if 1 <= v.line <= len(source) else ""
+        yours = f"\n    your line {v.line}:\n      {text}" if text else ""
+        lines.append(f"- {v.rule} line {v.line}: {v.message}{yours}\n    fix: {v.hint}")
     return "\n".join([*lines, "", _ANSWER])
 
 
@@ -99,5 +103,5 @@ def author_script(request: str, *, model: ModelBackend, envelope: Envelope | Non
         if report.valid:
             break
         messages = [*messages, {"role": "assistant", "content": output},
-                    {"role": "user", "content": _violations_message(report)}]
+                    {"role": "user", "content": _violations_message(report, script)}]
     return AuthorResult(script=script, report=report, attempts=len(outputs), outputs=outputs)

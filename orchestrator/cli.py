@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.envelope import Envelope, load_envelope
+from broker.envelope import load_envelope
 from broker.errors import InputError
 from broker.identity import Identity
 from broker.records import AttemptStatus
@@ -101,13 +101,24 @@ def run_cmd(
                         ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Run SCRIPT as run R: the first run, or a repair candidate replayed on R's prefix."""
+    """Run SCRIPT as run R: the first run, or a repair candidate replayed on R's prefix.
+
+    On an existing run, the args and envelope stored with its latest revision are reused
+    unless --args / --envelope are given (a note on stderr says which, and when new ones
+    differ from the stored ones).
+    """
+    from orchestrator.inputs import MISSING, resolve_inputs
+
     source = read_script(script)
-    run_args = read_json(args)
-    env = load_envelope(envelope) if envelope else Envelope()
+    given_args = read_json(args) if args is not None else MISSING
+    given_env = load_envelope(envelope) if envelope else None
     services = _services()
     try:
-        report = services.pipeline().run(run_id, source, run_args, env).to_json()
+        inputs = resolve_inputs(services.store, run_id, args=given_args, envelope=given_env)
+        for note in inputs.notes():
+            err.print(f"[yellow]note[/]: {render.escape(note)}")
+        report = services.pipeline().run(run_id, source, inputs.args,
+                                         inputs.envelope).to_json()
     finally:
         services.close()
     emit(as_json, report, lambda c: render.run_report(c, report))

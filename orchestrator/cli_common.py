@@ -23,6 +23,11 @@ from orchestrator import render
 EXIT_OK = 0
 EXIT_FAILED = 1  # the run, check or gate said no
 EXIT_USAGE = 2  # bad input: a file, an option, a setting
+# 3 is `revise submit --wait`'s timeout (EXIT_TIMEOUT in submit_cli).
+# `revise repair` / `revise author`: why no repaired run came out of the model.
+EXIT_CANDIDATE_FAILED = EXIT_FAILED  # a candidate was admitted, ran, and did not succeed
+EXIT_NO_CANDIDATE = 4  # every round's candidate was refused before anything ran
+EXIT_MODEL_UNAVAILABLE = 5  # the model endpoint gave no usable answer after its retries
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="print one JSON object on stdout")]
 RunId = Annotated[str, typer.Option("--run-id", help="the run to create or repair (a name "

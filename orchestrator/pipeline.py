@@ -28,6 +28,7 @@ from broker.settings import OrphanPolicy, Settings
 from broker.store import RunStore
 from orchestrator.admission import Admission, Refusal, admit
 from orchestrator.certificate import build_certificate, verify
+from orchestrator.inputs import PayloadRecorder, envelope_bytes
 from orchestrator.report import (
     CallCounts,
     CertificateReport,
@@ -97,7 +98,9 @@ class Pipeline:
         self.store.ensure_run(run_id)
         slots = self.store.list_slots(run_id)
         decided = admit(source, slots, relocation=str(self.settings.relocation))
-        revision = self.store.add_revision(run_id, source.text, source.digest)
+        revision = self.store.add_revision(run_id, source.text, source.digest,
+                                           args=args_text.encode("utf-8"),
+                                           envelope=envelope_bytes(envelope))
         report = RunReport(run_id=run_id, revision=revision)
         if isinstance(decided, Refusal):
             self._refused(report, decided)
@@ -151,7 +154,8 @@ class Pipeline:
         session = Session(
             run_id=run_id, revision=revision, admission=admission, prefix=Prefix(slots),
             args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
-            store=self.store, runner=self.runner, executor=self.executor_for(envelope),
+            store=self.store, runner=self.runner,
+            executor=PayloadRecorder(self.store, self.executor_for(envelope)),
             rpc_dir=_rpc_dir(run_id, revision, delivery))
         self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
                              revision=revision)

@@ -7,7 +7,7 @@ import ``orchestrator.cli``, which registers it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -18,16 +18,33 @@ from broker.errors import InputError
 from broker.settings import Settings
 from orchestrator import render
 from orchestrator.cli_common import (
+    EXIT_CANDIDATE_FAILED,
     EXIT_FAILED,
+    EXIT_MODEL_UNAVAILABLE,
+    EXIT_NO_CANDIDATE,
     EXIT_OK,
     JsonFlag,
     emit_json,
+    err,
     guard,
     read_json,
 )
 from orchestrator.cli_common import (
     out as stdout,
 )
+from orchestrator.models import ModelEndpointError
+
+# RepairResult.outcome -> exit code
+REPAIR_EXIT = {"accepted": EXIT_OK, "succeeded": EXIT_OK, "failed": EXIT_CANDIDATE_FAILED,
+               "no_candidate": EXIT_NO_CANDIDATE, "endpoint_failed": EXIT_MODEL_UNAVAILABLE}
+EXIT_CODES_HELP = (
+    f"Exit codes: {EXIT_OK} a candidate was accepted (with --execute: and its run "
+    f"succeeded); {EXIT_CANDIDATE_FAILED} a candidate ran and did not succeed; 2 bad input "
+    "or configuration (a file, an option, a REVISE_MODEL_* setting, a key or model the "
+    f"endpoint refuses); {EXIT_NO_CANDIDATE} no admissible candidate within --max-attempts "
+    f"rounds (nothing ran); {EXIT_MODEL_UNAVAILABLE} the model endpoint gave no usable "
+    "answer after its retries (down, timed out, rate limited, malformed answers; see "
+    "REVISE_MODEL_TIMEOUT_SECONDS, REVISE_MODEL_RETRIES, REVISE_MODEL_DEADLINE_SECONDS).")
 
 ModelOpt = Annotated[str, typer.Option(
     "--model", help="recorded:PATH.jsonl, or a model name served by REVISE_MODEL_BASE_URL")]
@@ -41,118 +58,170 @@ def _write(path: Path, text: str) -> None:
         raise InputError(f"cannot write {path}: {exc.strerror}; pass a writable --out") from None
 
 
-def _close(backend: Any) -> None:
-    close = getattr(backend, "close", None)
-    if callable(close):
-        close()
-
-
-def _show_attempts(console: Console, result: Any) -> None:
+def _show_rounds(console: Console, result: Any) -> None:
     for attempt in result.attempts:
-        if attempt.accepted:
-            console.print(f"candidate {attempt.attempt}: [green]accepted[/] "
-                          f"({attempt.calls} capability call(s))")
-            continue
-        console.print(f"candidate {attempt.attempt}: [red]refused[/] by "
-                      f"{', '.join(attempt.refused_by)}")
+        label = f"round {attempt.attempt}/{result.max_rounds}"
+        run = attempt.run
+        if not attempt.accepted:
+            console.print(f"{label}: [red]refused[/] by {', '.join(attempt.refused_by)} "
+                          "(nothing ran, spent 0)")
+        elif run is None:
+            console.print(f"{label}: [green]accepted[/] ({attempt.calls} call "
+                          "expression(s))")
+        else:
+            how = (f"stopped by the runtime ([yellow]{run.refusal}[/])" if run.refusal
+                   else render.escape(run.status))
+            console.print(f"{label}: accepted, ran as revision {run.revision}: {how}; spent "
+                          f"{run.spend:g} ({run.executed} provider call(s), {run.replayed} "
+                          "replayed)")
         for ce in attempt.counterexamples:
             console.print(f"  gate {ce.kind}: {render.escape(ce.site)}")
-        for v in attempt.violations:
+        for v in attempt.violations if not attempt.accepted else ():
             console.print(f"  {v.rule} line {v.line}: {render.escape(v.message)}")
         if "call_count" in attempt.refused_by:
-            console.print(f"  call count {attempt.calls} < {attempt.required_calls}")
+            dropped = ", ".join(f"line {c.line}" for c in attempt.dropped)
+            console.print(f"  call expressions {attempt.calls} < {attempt.required_calls}"
+                          + (f"; dropped {dropped} of the failed script" if dropped else ""))
+
+
+def _show_result(console: Console, result: Any, out: Path | None, run_id: str) -> None:
+    _show_rounds(console, result)
+    if result.run is not None or result.spend:
+        console.print(f"spend on candidate runs: {result.spend:g} over {result.rewrites} "
+                      "round(s)")
+    if result.outcome == "endpoint_failed":
+        console.print(f"[red]the model endpoint failed[/] after {result.rewrites} round(s): "
+                      f"{render.escape(result.endpoint_error['message'])}")
+    elif result.outcome == "no_candidate":
+        console.print(f"[red]no admissible candidate[/] in {result.rewrites} round(s); "
+                      "nothing was executed")
+    elif result.run is not None:
+        render.run_report(console, result.run)
+    elif out is None:
+        console.print(Syntax(result.candidate, "python"))
+        console.print(f"run it with: revise run CANDIDATE.py --run-id {run_id} (or "
+                      "pass --execute)")
 
 
 def repair_cmd(
     run_id: Annotated[str, typer.Option("--run-id", help="the failed run to repair")],
     model: ModelOpt,
-    max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, max=20,
-                                              help="rewrites to ask for at most")] = 3,
-    execute: Annotated[bool, typer.Option("--execute", help="run the accepted candidate on "
-                                          "the same run id (replays the prefix)")] = False,
-    args: Annotated[Path | None, typer.Option("--args", help="JSON file with the run's args")
+    max_attempts: Annotated[int, typer.Option(
+        "--max-attempts", "--max-rounds", min=1, max=20,
+        help="rounds (model answers) at most, runtime refusals included")] = 3,
+    execute: Annotated[bool, typer.Option("--execute", help="run an accepted candidate on "
+                                          "the same run id (replays the prefix); a runtime "
+                                          "refusal goes back to the model")] = False,
+    args: Annotated[Path | None, typer.Option("--args", help="JSON file with the run's args "
+                                              "(default: those stored with the run)")
                     ] = None,
-    envelope: EnvelopeOpt = None,
+    envelope: Annotated[Path | None, typer.Option(
+        "--envelope", help="JSON/YAML envelope (default: the one stored with the run)")
+                        ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="write the accepted candidate "
                                              "here")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Ask a model to repair failed run R; the gate and checker judge every candidate."""
+    """Ask a model to repair failed run R; the checker and the gate judge every candidate.
+
+    The run's args and envelope are the ones stored with it unless --args/--envelope are
+    given (a note says which). With --execute, an accepted candidate runs on R; when the
+    runtime stops it (divergence, ledger denial, orphan stop, budget), that counterexample
+    is the model's next round.
+    """
     from orchestrator.embedded import open_services
-    from orchestrator.models import backend_from_spec
+    from orchestrator.inputs import MISSING, resolve_inputs
+    from orchestrator.models import Waiting, backend_from_spec
     from orchestrator.repair import repair_dynamic_source
 
     settings = Settings()
-    backend = backend_from_spec(model, settings)
-    run_args = read_json(args) if args is not None else None
-    env = load_envelope(envelope) if envelope else Envelope()
+    backend = Waiting(backend_from_spec(model, settings), err, rounds=max_attempts)
+    given_args = read_json(args) if args is not None else MISSING
+    given_env = load_envelope(envelope) if envelope else None
     services = open_services(settings)
     try:
+        inputs = resolve_inputs(services.store, run_id, args=given_args, envelope=given_env)
+        for note in inputs.notes():
+            err.print(f"[yellow]note[/]: {render.escape(note)}")
+        run_candidate = None
+        if execute:
+            pipeline = services.pipeline()
+
+            def run_candidate(text: str) -> dict[str, Any]:
+                return pipeline.run(run_id, text, inputs.args, inputs.envelope).to_json()
+
         result = repair_dynamic_source(store=services.store, run_id=run_id, model=backend,
-                                       max_attempts=max_attempts, grants=env.grants,
-                                       args=run_args, relocation=str(settings.relocation))
+                                       max_attempts=max_attempts, grants=inputs.envelope.grants,
+                                       args=inputs.args, relocation=str(settings.relocation),
+                                       execute=run_candidate)
         if out is not None and result.candidate is not None:
             _write(out, result.candidate)
-        report = None
-        if execute and result.candidate is not None:
-            report = services.pipeline().run(run_id, result.candidate,
-                                             run_args if run_args is not None else {},
-                                             env).to_json()
     finally:
         services.close()
-        _close(backend)
-    ok = result.accepted and (report is None or report["status"] == "succeeded")
+        backend.close()
     if as_json:
-        emit_json({**result.to_json(), "run": report})
+        emit_json({**result.to_json(), "inputs": inputs.to_json()})
     else:
-        console = stdout
-        _show_attempts(console, result)
-        if result.candidate is None:
-            console.print(f"[red]no admissible candidate[/] in {result.rewrites} rewrite(s); "
-                          "nothing was executed")
-        elif report is not None:
-            render.run_report(console, report)
-        elif out is None:
-            console.print(Syntax(result.candidate, "python"))
-            console.print(f"run it with: revise run CANDIDATE.py --run-id {run_id} (or "
-                          "pass --execute)")
-    raise typer.Exit(EXIT_OK if ok else EXIT_FAILED)
+        _show_result(stdout, result, out, run_id)
+    raise typer.Exit(REPAIR_EXIT[result.outcome])
 
 
 def author_cmd(
     request: Annotated[str, typer.Argument(help="what the script should do")],
     model: ModelOpt,
     envelope: EnvelopeOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", help="write the script here")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="write the script here when the checker accepts it (else to "
+        "FILE.rejected)")] = None,
     max_attempts: Annotated[int, typer.Option("--max-attempts", min=1, max=20,
                                               help="feed violations back up to N-1 times")
                             ] = 1,
     as_json: JsonFlag = False,
 ) -> None:
-    """Have a model write a script for REQUEST and check it (prints violations if any)."""
-    from orchestrator.author import author_script
-    from orchestrator.models import backend_from_spec
+    """Have a model write a script for REQUEST and check it (prints violations if any).
 
-    backend = backend_from_spec(model, Settings())
+    Exit codes: 0 the checker accepts the script; 1 it does not (with --out, the script
+    goes to FILE.rejected, never to FILE); 2 bad input or configuration; 5 the model
+    endpoint gave no usable answer after its retries.
+    """
+    from orchestrator.author import author_script
+    from orchestrator.models import Waiting, backend_from_spec
+
+    backend = Waiting(backend_from_spec(model, Settings()), err, rounds=max_attempts)
     env = load_envelope(envelope) if envelope else Envelope()
     try:
         result = author_script(request, model=backend, envelope=env, max_attempts=max_attempts)
+    except ModelEndpointError as exc:
+        _endpoint_failed(exc, as_json)
     finally:
-        _close(backend)
+        backend.close()
+    written = None
     if out is not None and result.script:
-        _write(out, result.script)
+        written = out if result.valid else out.with_name(out.name + ".rejected")
+        _write(written, result.script)
     if as_json:
-        emit_json({**result.to_json(), "out": str(out) if out else None})
+        emit_json({**result.to_json(), "out": str(written) if written else None})
     else:
         console = stdout
         if out is None and result.script:
             console.print(Syntax(result.script, "python"))
         render.check_report(console, result.report)
-        if out is not None:
-            console.print(f"wrote {out}")
+        if written is not None and result.valid:
+            console.print(f"wrote {written}")
+        elif written is not None:
+            console.print(f"[red]the checker rejected the script[/]: wrote it to {written}, "
+                          f"not to {out}")
     raise typer.Exit(EXIT_OK if result.valid else EXIT_FAILED)
 
 
+def _endpoint_failed(exc: ModelEndpointError, as_json: bool) -> NoReturn:
+    if as_json:
+        emit_json({"error": exc.to_json()})
+    else:
+        err.print(f"[bold red]error[/]: {render.escape(exc.message)}")
+    raise typer.Exit(EXIT_MODEL_UNAVAILABLE)
+
+
 def register(app: typer.Typer) -> None:
-    app.command("repair")(guard(repair_cmd))
+    app.command("repair", epilog=EXIT_CODES_HELP)(guard(repair_cmd))
     app.command("author")(guard(author_cmd))

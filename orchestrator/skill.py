@@ -1,10 +1,9 @@
 """The skill document a model receives, with the capability catalog generated from code.
 
-The canonical text is ``orchestrator/skill.md`` (shipped in the package);
-``docs/skill.md`` is a byte-identical copy for readers, kept in step by
-``python -m orchestrator.skill --sync-docs`` and checked by a test. Its
-``{{CATALOG}}`` marker is replaced by ``catalog_markdown()`` at render time,
-so the catalog the model sees is always the one the broker enforces.
+The one copy of the text is ``orchestrator/skill.md`` (shipped in the package;
+``docs/skill.md`` points to it). Its ``{{CATALOG}}`` marker is replaced by
+``catalog_markdown()`` at render time, so the catalog the model sees is always
+the one the broker enforces.
 """
 
 from __future__ import annotations
@@ -13,7 +12,6 @@ import json
 import sys
 from collections.abc import Iterable, Mapping
 from importlib.resources import files
-from pathlib import Path
 from typing import Any
 
 from broker.catalog import CATALOG, Capability
@@ -76,12 +74,7 @@ def render_skill(catalog: Mapping[str, Capability] = CATALOG,
 
 
 def main(argv: list[str]) -> int:
-    """``python -m orchestrator.skill [--sync-docs]``: print the rendered document."""
-    if argv[:1] == ["--sync-docs"]:
-        target = Path(__file__).resolve().parent.parent / "docs" / "skill.md"
-        target.write_text(skill_template(), encoding="utf-8")
-        sys.stdout.write(f"wrote {target}\n")
-        return 0
+    """``python -m orchestrator.skill``: print the rendered document."""
     sys.stdout.write(render_skill())
     return 0
 

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from broker.envelope import Envelope, load_envelope
+from broker.envelope import load_envelope
 from broker.settings import Settings
 from orchestrator import render
 from orchestrator.cli_common import (
@@ -42,15 +42,26 @@ def register(app: typer.Typer) -> None:
                            ] = 900.0,
         as_json: JsonFlag = False,
     ) -> None:
-        """Queue SCRIPT as run R on the Celery deployment (same checks and result as run)."""
+        """Queue SCRIPT as run R on the Celery deployment (same checks and result as run).
+
+        On an existing run, the args and envelope stored with its latest revision are
+        reused unless --args / --envelope are given (a note on stderr says which).
+        """
         from orchestrator.client import Client
+        from orchestrator.inputs import MISSING, resolve_inputs
 
         source = read_script(script)
-        run_args = read_json(args)
-        env = load_envelope(envelope) if envelope else Envelope()
+        given_args = read_json(args) if args is not None else MISSING
+        given_env = load_envelope(envelope) if envelope else None
         client = Client(Settings())
         try:
-            handle = client.submit(source, run_args, env, run_id)
+            # The client reads the run store anyway (for results); the inputs are
+            # resolved here, before anything is queued.
+            inputs = resolve_inputs(client.store, run_id, args=given_args,
+                                    envelope=given_env)
+            for note in inputs.notes():
+                err.print(f"[yellow]note[/]: {render.escape(note)}")
+            handle = client.submit(source, inputs.args, inputs.envelope, run_id)
             if not wait:
                 data = {"job_id": handle.job_id, "run_id": run_id, "status": "queued"}
                 emit(as_json, data, lambda c: c.print(

@@ -1,14 +1,16 @@
 """`revise demo`: the four-shot story on the embedded default, end to end.
 
 1. The model's script asks for four images in parallel; the fourth fails.
-2. The real repair loop asks a (recorded) model for a candidate: the first one
-   writes the new size into the committed call expression, and the gate stops
-   it before any container starts (those three images were made with another
-   call); the counterexample goes back to the model, whose second candidate
-   fixes the size outside the call and also moves the call into a top-level
-   helper, which the gate relocates (the moved call is the only match).
-3. The accepted candidate runs on the same run id: 3 calls replayed through the
-   relocation, 1 executed.
+2. The real repair loop (as ``revise repair --execute`` runs it) asks a
+   (recorded) model for a candidate: the first one writes the new size into the
+   committed call expression, and the gate stops it before any container starts
+   (those three images were made with another call); the counterexample goes
+   back to the model, whose second candidate fixes the size outside the call and
+   also moves the call into a top-level helper, which the gate relocates (the
+   moved call is the only match, and the sizes that reached the committed calls
+   are unchanged).
+3. The loop runs the accepted candidate on the same run id: 3 calls replayed
+   through the relocation, 1 executed.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def _show_loop(console: Console | None, result: RepairResult) -> None:
     for attempt in result.attempts:
         if attempt.accepted:
             _say(console, f"  candidate {attempt.attempt}: [green]accepted[/] by the checker, "
-                          "the gate and the call-count guard")
+                          "the gate and the call-count guard, then run on the same run id "
+                          f"(spent {attempt.spend:g})")
             continue
         _say(console, f"  candidate {attempt.attempt}: [red]refused[/] by "
                       f"{', '.join(attempt.refused_by)} (no container started, nothing spent)")
@@ -74,14 +77,18 @@ def run_demo(services: Any, console: Console | None) -> dict[str, Any]:
     _say(console, "\n[bold]2.[/] The repair loop asks the model for a candidate and judges "
                   "it before anything runs.")
     model = recorded_model()
+
+    def execute(text: str) -> dict[str, Any]:
+        return pipeline.run(run_id, text, args, envelope).to_json()
+
     loop = repair_dynamic_source(store=services.store, run_id=run_id, model=model,
                                  max_attempts=3, args=args,
-                                 relocation=str(services.settings.relocation))
+                                 relocation=str(services.settings.relocation),
+                                 execute=execute)
     _show_loop(console, loop)
-    repair: dict[str, Any] | None = None
-    if loop.candidate is not None:
-        _say(console, "\n[bold]3.[/] The accepted candidate runs on the same run id.")
-        repair = pipeline.run(run_id, loop.candidate, args, envelope).to_json()
+    repair = loop.run
+    if repair is not None:
+        _say(console, "\n[bold]3.[/] The accepted candidate ran on the same run id.")
         if console:
             render.run_report(console, repair)
             for moved in repair["gate"]["relocations"]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from broker.errors import ConfigError
+from broker.errors import ConfigError, ReviseError
 from broker.settings import Settings
 
 PURPOSES = frozenset({"repair", "author"})
@@ -19,9 +19,20 @@ RECORDED_PREFIX = "recorded:"
 Message = dict[str, str]
 
 
+class ModelEndpointError(ReviseError):
+    """The model endpoint gave no usable answer (down, rate limited, timed out, malformed
+    answers) after the configured retries; nothing was judged. A wrong key, model name or
+    base URL is a ``ConfigError`` instead."""
+
+    code = "model_endpoint"
+
+
 @runtime_checkable
 class ModelBackend(Protocol):
-    name: str
+    @property
+    def name(self) -> str:
+        """What the operator knows the model by (shown in progress lines and reports)."""
+        ...
 
     def complete(self, messages: list[Message], *, purpose: str) -> str:
         """The model's answer to ``messages`` (OpenAI chat format: role + content)."""

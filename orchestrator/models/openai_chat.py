@@ -5,17 +5,24 @@ Works against OpenAI, a LiteLLM proxy, vLLM or any server that speaks
 prefix, as in the OpenAI SDK (``https://api.openai.com/v1``,
 ``http://127.0.0.1:4000/v1`` for a LiteLLM proxy).
 
-Transient failures (429, 5xx, timeouts, dropped connections) are retried with
-exponential backoff, honouring ``Retry-After``. Everything else fails at once
-with a message that names the fix. The API key never appears in a message:
+Transient failures (429, 5xx, timeouts, dropped connections, malformed or
+truncated answers) are retried with exponential backoff, honouring
+``Retry-After``, within ``REVISE_MODEL_RETRIES`` and the overall
+``REVISE_MODEL_DEADLINE_SECONDS``; each request is bounded by
+``REVISE_MODEL_TIMEOUT_SECONDS`` from connect to the last byte (the answer is
+streamed, so a server that trickles bytes cannot hold it open). What is left
+after the retries is a ``ModelEndpointError``; a wrong key, model or base URL
+is a ``ConfigError`` at once. The API key never appears in a message:
 provider error text is scrubbed of it before it is quoted.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -23,20 +30,37 @@ from pydantic import SecretStr
 
 from broker.errors import ConfigError, ReviseError
 from broker.settings import Settings
-from orchestrator.models.base import Message
+from orchestrator.models.base import Message, ModelEndpointError
 
 log = logging.getLogger("revise.models")
 
 RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 520, 522, 524, 529})
 _MAX_RETRY_AFTER = 60.0
+_MAX_ANSWER_BYTES = 8 << 20
+
+
+class _Overran(Exception):
+    """The answer was still arriving when the request's time was up."""
+
+
+@dataclass(frozen=True)
+class _Transient:
+    """Why one request gave no answer, when another request may give one."""
+
+    kind: str  # http | timeout | connect | dropped | malformed
+    reason: str
+    status: int | None = None
+    retry_after: str | None = None
 
 
 class OpenAIChatBackend:
     def __init__(self, *, base_url: str, model: str, api_key: SecretStr | str | None = None,
                  timeout: float = 120.0, max_retries: int = 3, backoff: float = 1.0,
-                 max_backoff: float = 30.0, temperature: float | None = 0.0,
-                 max_tokens: int | None = None, client: httpx.Client | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 max_backoff: float = 30.0, deadline: float | None = None,
+                 temperature: float | None = 0.0, max_tokens: int | None = None,
+                 client: httpx.Client | None = None,
+                 sleep: Callable[[float], None] = time.sleep,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise ConfigError(f"model base URL {base_url!r} is not an http(s) URL; set "
                               "REVISE_MODEL_BASE_URL, e.g. http://127.0.0.1:4000/v1")
@@ -44,13 +68,18 @@ class OpenAIChatBackend:
         self.model = model
         self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \
             else SecretStr(api_key)
+        self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
         self.max_backoff = max_backoff
+        self.deadline = deadline
         self.temperature = temperature
         self.max_tokens = max_tokens
         self._sleep = sleep
-        self._client = client or httpx.Client(timeout=httpx.Timeout(timeout, connect=10.0))
+        self._clock = clock
+        self._client = client or httpx.Client()
+        # Set by a caller that shows progress (``orchestrator.models.progress``).
+        self.on_notice: Callable[[str], None] | None = None
 
     @property
     def name(self) -> str:
@@ -67,8 +96,13 @@ class OpenAIChatBackend:
                 "proxy) and REVISE_MODEL_API_KEY, or use --model recorded:PATH.jsonl")
         if not name:
             raise ConfigError("no model name: pass --model NAME or set REVISE_MODEL_NAME")
+        options: dict[str, Any] = {
+            "timeout": settings.model_timeout_seconds, "max_retries": settings.model_retries,
+            "backoff": settings.model_backoff_seconds,
+            "max_backoff": settings.model_max_backoff_seconds,
+            "deadline": settings.model_deadline_seconds, **kwargs}
         return cls(base_url=settings.model_base_url, model=name,
-                   api_key=settings.model_api_key, **kwargs)
+                   api_key=settings.model_api_key, **options)
 
     def close(self) -> None:
         self._client.close()
@@ -82,28 +116,74 @@ class OpenAIChatBackend:
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
         url = f"{self.base_url}/chat/completions"
-        last: str = ""
+        started = self._clock()
+        last = _Transient("timeout", "no request was made")
+        tries = 0
         for attempt in range(self.max_retries + 1):
-            try:
-                response = self._client.post(url, json=body, headers=self._headers(purpose))
-            except httpx.TimeoutException:
-                last = "timed out"
-                delay = self._delay(attempt, None)
-            except httpx.TransportError as exc:
-                last = f"could not connect ({type(exc).__name__})"
-                delay = self._delay(attempt, None)
-            else:
-                if response.status_code < 400:
-                    return self._content(response)
-                if response.status_code not in RETRY_STATUSES:
-                    raise self._fatal(response)
-                last = f"HTTP {response.status_code}: {self._message(response)}"
-                delay = self._delay(attempt, response.headers.get("retry-after"))
-            if attempt < self.max_retries:
-                log.warning("model %s (%s): %s; retry %d/%d in %.1fs", self.model, purpose,
-                            last, attempt + 1, self.max_retries, delay)
-                self._sleep(delay)
-        raise self._exhausted(last)
+            left = self._left(started)
+            if left <= 0:
+                break
+            tries += 1
+            if attempt:
+                self._notice(f"retry {attempt}/{self.max_retries} after {last.reason}")
+            outcome = self._attempt(url, body, purpose, min(self.timeout, left))
+            if isinstance(outcome, str):
+                return outcome
+            last = outcome
+            if attempt == self.max_retries:
+                break
+            delay = self._delay(attempt, outcome.retry_after)
+            if self._left(started) <= delay:
+                break  # no time for another request within the deadline
+            self._notice(f"{outcome.reason}; retry {attempt + 1}/{self.max_retries} in "
+                         f"{delay:.1f} s")
+            log.log(logging.INFO if self.on_notice else logging.WARNING,
+                    "model %s (%s): %s; retry %d/%d in %.1fs", self.model, purpose,
+                    outcome.reason, attempt + 1, self.max_retries, delay)
+            self._sleep(delay)
+        raise self._exhausted(last, tries, self._clock() - started)
+
+    def _left(self, started: float) -> float:
+        if self.deadline is None:
+            return float("inf")
+        return self.deadline - (self._clock() - started)
+
+    def _notice(self, text: str) -> None:
+        if self.on_notice is not None:
+            self.on_notice(text)
+
+    def _attempt(self, url: str, body: dict[str, Any], purpose: str, timeout: float
+                 ) -> str | _Transient:
+        try:
+            status, headers, raw = self._post(url, body, purpose, timeout)
+        except (httpx.TimeoutException, _Overran):
+            return _Transient("timeout", f"no answer within {timeout:g} s")
+        except httpx.ConnectError as exc:
+            return _Transient("connect", f"could not connect ({type(exc).__name__})")
+        except httpx.TransportError as exc:
+            return _Transient("dropped", f"the connection broke ({type(exc).__name__})")
+        if status < 400:
+            return self._content(status, headers, raw)
+        if status not in RETRY_STATUSES:
+            raise self._fatal(status, raw)
+        return _Transient("http", f"HTTP {status}: {self._message(raw)}", status,
+                          headers.get("retry-after"))
+
+    def _post(self, url: str, body: dict[str, Any], purpose: str, timeout: float
+              ) -> tuple[int, httpx.Headers, bytes]:
+        """One request, read to the end within ``timeout`` seconds."""
+        until = self._clock() + timeout
+        limits = httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        with self._client.stream("POST", url, json=body, headers=self._headers(purpose),
+                                 timeout=limits) as response:
+            chunks: list[bytes] = []
+            size = 0
+            for chunk in response.iter_bytes():
+                chunks.append(chunk)
+                size += len(chunk)
+                if self._clock() > until or size > _MAX_ANSWER_BYTES:
+                    raise _Overran
+            return response.status_code, response.headers, b"".join(chunks)
 
     def _headers(self, purpose: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "X-Revise-Purpose": purpose}
@@ -121,39 +201,49 @@ class OpenAIChatBackend:
 
     # ---- answers and errors -------------------------------------------------------------
 
-    def _content(self, response: httpx.Response) -> str:
+    def _content(self, status: int, headers: httpx.Headers, raw: bytes) -> str | _Transient:
         try:
-            data = response.json()
-            message = data["choices"][0]["message"]
-        except (ValueError, KeyError, IndexError, TypeError):
-            raise ReviseError(f"the model endpoint {self.base_url} answered without "
-                              "choices[0].message; is REVISE_MODEL_BASE_URL an "
-                              "OpenAI-compatible /v1 base URL?") from None
+            data = json.loads(raw)
+        except ValueError:
+            start = raw[:200].decode("utf-8", "replace").lstrip().lower()
+            if "html" in headers.get("content-type", "") or start.startswith("<"):
+                raise ConfigError(
+                    f"the model endpoint {self.base_url} answered with a web page (HTTP "
+                    f"{status}), not an API answer; set REVISE_MODEL_BASE_URL to an "
+                    "OpenAI-compatible base URL with its API prefix (e.g. /v1)") from None
+            return _Transient("malformed", f"a malformed answer: {len(raw)} bytes that are "
+                              "not complete JSON (cut short?)")
+        try:
+            choice = data["choices"][0]
+            message = choice["message"]
+        except (KeyError, IndexError, TypeError):
+            return _Transient("malformed", "a malformed answer: JSON without "
+                              "choices[0].message")
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):  # content parts (some proxies)
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str) or not content.strip():
-            raise ReviseError(f"model {self.model} returned an empty answer (finish_reason "
-                              f"{data['choices'][0].get('finish_reason')!r}); retry or raise "
-                              "its max_tokens")
+            finish = choice.get("finish_reason") if isinstance(choice, dict) else None
+            raise ModelEndpointError(
+                f"model {self.model} returned an empty answer (finish_reason {finish!r}); "
+                "retry, or raise its max_tokens", reason="empty")
         return content
 
-    def _message(self, response: httpx.Response) -> str:
+    def _message(self, raw: bytes) -> str:
         try:
-            data = response.json()
+            data = json.loads(raw)
             text = data["error"]["message"] if isinstance(data.get("error"), dict) \
                 else str(data.get("error") or data.get("detail") or data)
         except (ValueError, KeyError, TypeError, AttributeError):
-            text = response.text
+            text = raw[:2000].decode("utf-8", "replace")
         return self._scrub(str(text))[:500]
 
     def _scrub(self, text: str) -> str:
         key = self._key.get_secret_value() if self._key is not None else ""
         return text.replace(key, "***") if len(key) >= 4 else text
 
-    def _fatal(self, response: httpx.Response) -> ReviseError:
-        status = response.status_code
-        detail = self._message(response)
+    def _fatal(self, status: int, raw: bytes) -> ReviseError:
+        detail = self._message(raw)
         if status in (401, 403):
             return ConfigError(
                 f"the model endpoint {self.base_url} refused the credentials (HTTP {status}: "
@@ -164,19 +254,31 @@ class OpenAIChatBackend:
                 f"the model endpoint {self.base_url} does not serve model {self.model!r} "
                 f"(HTTP 404: {detail}); check --model / REVISE_MODEL_NAME and that "
                 "REVISE_MODEL_BASE_URL ends with the API prefix (e.g. /v1)", status=status)
-        return ReviseError(f"the model endpoint rejected the request (HTTP {status}: "
-                           f"{detail}); the prompt may be too long for {self.model}",
-                           status=status)
+        return ModelEndpointError(f"the model endpoint rejected the request (HTTP {status}: "
+                                  f"{detail}); the prompt may be too long for {self.model}",
+                                  status=status, reason="rejected")
 
-    def _exhausted(self, last: str) -> ReviseError:
-        tries = self.max_retries + 1
-        if last.startswith("HTTP 429"):
-            return ReviseError(f"model {self.model} is rate limited at {self.base_url} after "
-                               f"{tries} attempts ({last}); wait and retry, or raise the "
-                               "proxy's limits", status=429)
-        if last.startswith("HTTP 5") or last.startswith("HTTP"):
-            return ReviseError(f"the model endpoint {self.base_url} kept failing after "
-                               f"{tries} attempts ({last}); the provider or proxy is down, "
-                               "retry later")
-        return ReviseError(f"the model endpoint {self.base_url} {last} after {tries} "
-                           "attempts; check REVISE_MODEL_BASE_URL and that the server is up")
+    def _exhausted(self, last: _Transient, tries: int, elapsed: float) -> ModelEndpointError:
+        where = f"the model endpoint {self.base_url}"
+        spent = f"after {tries} attempt{'s' if tries != 1 else ''} in {elapsed:.1f} s"
+        if self.deadline is not None and tries < self.max_retries + 1:
+            spent += f" (REVISE_MODEL_DEADLINE_SECONDS={self.deadline:g} reached)"
+        fields: dict[str, Any] = {"reason": last.kind, "attempts": tries}
+        if last.status is not None:
+            fields["status"] = last.status
+        if last.status == 429:
+            text = (f"model {self.model} is rate limited at {self.base_url} {spent} "
+                    f"({last.reason}); wait and retry, or raise the proxy's limits")
+        elif last.kind == "http":
+            text = (f"{where} kept failing {spent} ({last.reason}); the provider or proxy is "
+                    "down, retry later")
+        elif last.kind == "timeout":
+            text = (f"{where} gave {last.reason} {spent}; is it up? A slow model needs a "
+                    "larger REVISE_MODEL_TIMEOUT_SECONDS (retries: REVISE_MODEL_RETRIES)")
+        elif last.kind == "malformed":
+            text = (f"{where} sent {last.reason} {spent}; the server or a proxy in between "
+                    "cut the answer short or does not speak the OpenAI chat API")
+        else:
+            text = (f"{where} {last.reason} {spent}; check REVISE_MODEL_BASE_URL and that "
+                    "the server is up")
+        return ModelEndpointError(text, **fields)

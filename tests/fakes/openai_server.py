@@ -49,6 +49,8 @@ class Reply:
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0
+    raw: bytes | None = None  # sent as is instead of json.dumps(body)
+    trickle: float = 0.0  # seconds between 16-byte pieces of the body
 
 
 Behaviour = Callable[[RecordedRequest, "FakeOpenAIServer"], Reply]
@@ -100,6 +102,34 @@ def error(status: int, message: str = "", *, param: str | None = None,
         return Reply(status, _error_body(message or f"fake error {status}",
                                          kinds.get(status, "server_error"), param),
                      headers=dict(headers or {}))
+    return behave
+
+
+def truncated_chat(content: str = "```python\nasync def orchestrate(ctx, args):\n```") -> Behaviour:
+    """A chat completion cut off halfway (a proxy that dropped the end of the answer)."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        whole = json.dumps(ok_chat(content)(request, server).body).encode()
+        return Reply(200, None, raw=whole[:len(whole) // 2])
+    return behave
+
+
+def html_page() -> Behaviour:
+    """A web page where the API should be (a base URL without the /v1 prefix)."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        return Reply(200, None, headers={"Content-Type": "text/html"},
+                     raw=b"<!doctype html><html><body>Welcome</body></html>")
+    return behave
+
+
+def trickle(seconds: float, content: str = "slow answer") -> Behaviour:
+    """A complete answer sent in 16-byte pieces, ``seconds`` apart."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        reply = ok_chat(content)(request, server)
+        reply.trickle = seconds
+        return reply
     return behave
 
 
@@ -163,15 +193,23 @@ class _Handler(BaseHTTPRequestHandler):
         reply = self.server.fake.handle(request)
         if reply.delay and self.server.fake.stopping.wait(reply.delay):
             return  # shutting down: drop the connection like a dying upstream
-        payload = json.dumps(reply.body).encode()
+        payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
         try:
             self.send_response(reply.status)
-            self.send_header("Content-Type", "application/json")
+            if "Content-Type" not in reply.headers:
+                self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(payload)))
             for name, value in reply.headers.items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(payload)
+            if not reply.trickle:
+                self.wfile.write(payload)
+                return
+            for start in range(0, len(payload), 16):
+                self.wfile.write(payload[start:start + 16])
+                self.wfile.flush()
+                if self.server.fake.stopping.wait(reply.trickle):
+                    return
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up (timeout test); nothing to answer
 

@@ -2,23 +2,36 @@
 
 from __future__ import annotations
 
+import io
 import json
+import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from broker.errors import ConfigError, InputError, ReviseError
 from broker.settings import Settings
 from orchestrator.models import (
     ModelBackend,
+    ModelEndpointError,
     OpenAIChatBackend,
     RecordedBackend,
+    Waiting,
     backend_from_spec,
     extract_script,
     parse_jsonl,
 )
 from tests.fakes.model_server import FAKE_API_KEY, ModelServer
-from tests.fakes.openai_server import CHAT, error, slow
+from tests.fakes.openai_server import (
+    CHAT,
+    error,
+    html_page,
+    ok_chat,
+    slow,
+    trickle,
+    truncated_chat,
+)
 
 SCRIPT = 'async def orchestrate(ctx, args):\n    return await ctx.run("text.generate", ' \
          '{"prompt": "hi"})\n'
@@ -244,3 +257,106 @@ def test_no_api_key_sends_no_authorization_header() -> None:
     with ModelServer([SCRIPT], api_key=None) as server:
         _backend(server, [], api_key=None).complete(MESSAGES, purpose="repair")
         assert "authorization" not in server.chat_requests()[0].headers
+
+
+# ---- bounded waiting, malformed answers, progress ----------------------------------------------
+
+def test_timeout_retries_and_backoff_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in {"TIMEOUT_SECONDS": "7.5", "RETRIES": "1", "BACKOFF_SECONDS": "0.25",
+                        "MAX_BACKOFF_SECONDS": "2", "DEADLINE_SECONDS": "40"}.items():
+        monkeypatch.setenv(f"REVISE_MODEL_{name}", value)
+    backend = backend_from_spec("m", Settings(model_base_url="http://127.0.0.1:9/v1"))
+    assert isinstance(backend, OpenAIChatBackend)
+    assert (backend.timeout, backend.max_retries, backend.backoff, backend.max_backoff,
+            backend.deadline) == (7.5, 1, 0.25, 2.0, 40.0)
+
+
+def test_a_hung_endpoint_is_bounded_by_the_timeout_setting() -> None:
+    settings = Settings(model_timeout_seconds=0.4, model_retries=1, model_backoff_seconds=0)
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, slow(30), slow(30))
+        backend = OpenAIChatBackend.from_settings(
+            settings.model_copy(update={"model_base_url": server.base_url,
+                                        "model_api_key": FAKE_API_KEY}), model="m")
+        started = time.monotonic()
+        with pytest.raises(ModelEndpointError) as caught:
+            backend.complete(MESSAGES, purpose="repair")
+        elapsed = time.monotonic() - started
+        assert len(server.chat_requests()) == 2
+    assert elapsed < 3.0
+    assert "no answer within 0.4 s after 2 attempts" in caught.value.message
+    assert "REVISE_MODEL_TIMEOUT_SECONDS" in caught.value.message
+    assert caught.value.fields["reason"] == "timeout"
+
+
+def test_the_deadline_caps_retries() -> None:
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, *[slow(30)] * 6)
+        backend = _backend(server, [], timeout=0.3, max_retries=5, deadline=0.8, backoff=0)
+        started = time.monotonic()
+        with pytest.raises(ModelEndpointError, match=r"REVISE_MODEL_DEADLINE_SECONDS=0\.8"):
+            backend.complete(MESSAGES, purpose="repair")
+        assert time.monotonic() - started < 2.0
+        assert len(server.chat_requests()) < 6
+
+
+def test_a_trickling_answer_cannot_outlast_the_timeout() -> None:
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, trickle(0.2, "x" * 400))
+        backend = _backend(server, [], timeout=0.5, max_retries=0)
+        started = time.monotonic()
+        with pytest.raises(ModelEndpointError, match=r"no answer within 0\.5 s"):
+            backend.complete(MESSAGES, purpose="repair")
+        assert time.monotonic() - started < 1.5
+
+
+def test_a_truncated_answer_is_retried_and_called_malformed() -> None:
+    sleeps: list[float] = []
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, truncated_chat())
+        assert _backend(server, sleeps).complete(MESSAGES, purpose="repair") == SCRIPT
+        assert len(server.chat_requests()) == 2
+    with ModelServer([]) as server:
+        server.queue(CHAT, *[truncated_chat()] * 3)
+        with pytest.raises(ModelEndpointError) as caught:
+            _backend(server, [], max_retries=2).complete(MESSAGES, purpose="repair")
+    message = caught.value.message
+    assert "malformed answer" in message and "after 3 attempts" in message
+    assert "BASE_URL" not in message and caught.value.fields["reason"] == "malformed"
+
+
+def test_an_answer_without_choices_is_malformed_and_retried() -> None:
+    def no_choices(request, server):
+        reply = ok_chat("x")(request, server)
+        reply.body = {"id": "chatcmpl-x", "object": "chat.completion"}
+        return reply
+
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, no_choices)
+        assert _backend(server, []).complete(MESSAGES, purpose="repair") == SCRIPT
+
+
+def test_a_web_page_is_a_base_url_config_error() -> None:
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, html_page())
+        with pytest.raises(ConfigError, match=r"web page .* REVISE_MODEL_BASE_URL"):
+            _backend(server, []).complete(MESSAGES, purpose="repair")
+        assert len(server.chat_requests()) == 1
+
+
+def test_waiting_shows_a_progress_line_on_a_terminal_only() -> None:
+    with ModelServer([SCRIPT, SCRIPT]) as server:
+        server.queue(CHAT, error(503), slow(1.2))
+        terminal = io.StringIO()
+        backend = Waiting(_backend(server, [], backoff=0), Console(
+            file=terminal, force_terminal=True, width=200), rounds=5, interval=0.1)
+        assert backend.complete(MESSAGES, purpose="repair") == SCRIPT
+        shown = terminal.getvalue()
+        piped = io.StringIO()
+        quiet = Waiting(_backend(server, []), Console(file=piped, force_terminal=False),
+                        rounds=5)
+        assert quiet.complete(MESSAGES, purpose="repair") == SCRIPT
+    assert "waiting for fake-coder (repair, round 1 of 5)" in shown
+    assert "HTTP 503" in shown and "retry 1/3" in shown
+    assert piped.getvalue() == ""
+    assert quiet.name == "fake-coder"

@@ -141,7 +141,12 @@ def test_truncated_candidate_is_refused_by_the_call_count_guard(two_step_run: Se
     first = result.attempts[0]
     assert first.refused_by == ("call_count",)  # checker and gate both accept it
     assert (first.calls, first.required_calls) == (1, 2)
-    assert "Call-count guard" in feedback and "has 1 capability call(s)" in feedback
+    assert "Call-count guard" in feedback
+    assert "has 1 capability call expression(s) in its source" in feedback
+    # The dropped call is named with its line in the failed script.
+    assert [(c.capability, c.line) for c in first.dropped] == [("image.generate", 3)]
+    assert ("It dropped:\n- image.generate at line 3 of the failed script:\n"
+            '      hero = await ctx.run("image.generate"') in feedback
     assert result.accepted and result.candidate == TWO_STEP_FIXED
 
 

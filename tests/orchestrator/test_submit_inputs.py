@@ -1,0 +1,85 @@
+"""`revise submit` on an existing run id resolves the stored inputs at the CLI layer, before
+anything is queued (the queue client is replaced by a recorder; the store is real)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from broker.envelope import Budget, Envelope
+from broker.settings import Settings
+from broker.sqlstore import SqlStore
+from orchestrator.cli import app
+from orchestrator.inputs import args_bytes, envelope_bytes
+
+SCRIPT = 'async def orchestrate(ctx, args):\n    return 1\n'
+
+
+class RecordingClient:
+    """Stands in for ``orchestrator.client.Client``: a real store, no Celery."""
+
+    submitted: list[tuple[Any, Envelope, str]] = []
+
+    def __init__(self, settings: Settings) -> None:
+        self.store = SqlStore.open(settings.resolved_database_url)
+
+    def submit(self, script: bytes, args: Any, envelope: Envelope, run_id: str) -> Any:
+        self.submitted.append((args, envelope, run_id))
+        return SimpleNamespace(job_id="job-1")
+
+    def close(self) -> None:
+        self.store.close()
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch) -> type[RecordingClient]:
+    import orchestrator.client
+
+    RecordingClient.submitted = []
+    monkeypatch.setattr(orchestrator.client, "Client", RecordingClient)
+    return RecordingClient
+
+
+def test_submit_reuses_the_stored_inputs_and_says_so(tmp_path: Path, client) -> None:
+    home = tmp_path / "home"
+    store = SqlStore.open(Settings(home=home).resolved_database_url)
+    tight = Envelope(budget=Budget(max_calls=2))
+    try:
+        store.ensure_run("sub")
+        store.add_revision("sub", "src", "h", args=args_bytes({"shots": ["a"]}),
+                           envelope=envelope_bytes(tight))
+    finally:
+        store.close()
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    env = {"REVISE_HOME": str(home), "COLUMNS": "300"}
+    result = CliRunner().invoke(app, ["submit", str(script), "--run-id", "sub", "--json"],
+                                env=env)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "queued"
+    assert client.submitted == [({"shots": ["a"]}, tight, "sub")]
+    assert "reusing the args stored with revision 1 of run sub" in result.stderr
+    assert "reusing the envelope stored with revision 1 of run sub" in result.stderr
+
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"shots": ["b"]}))
+    changed = CliRunner().invoke(app, ["submit", str(script), "--run-id", "sub", "--args",
+                                       str(args), "--json"], env=env)
+    assert changed.exit_code == 0, changed.output
+    assert client.submitted[-1][0] == {"shots": ["b"]}
+    assert "the args differ from the ones stored with revision 1 of run sub" in changed.stderr
+
+
+def test_submit_on_a_new_run_uses_the_defaults_quietly(tmp_path: Path, client) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    result = CliRunner().invoke(app, ["submit", str(script), "--run-id", "fresh"],
+                                env={"REVISE_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 0, result.output
+    assert client.submitted == [({}, Envelope(), "fresh")]
+    assert "note" not in result.stderr
