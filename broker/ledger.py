@@ -1,7 +1,8 @@
 """The run-wide paid-payload ledger: (run, capability, digest) -> where it was paid.
 
 A call at a new identity whose normalized payload (and take) was already paid
-anywhere in the run by an earlier revision is a *semantic repeat*. The policy
+anywhere in the run by another revision (an earlier one, or a concurrent one that
+committed first) is a *semantic repeat*. The policy
 decides what happens: off | warn | deny | auto (auto denies a side-effecting
 capability and warns for a read-only one). A deliberate second take is
 declared in the script (``ctx.run(..., take=2)``, part of the digest), never
@@ -45,14 +46,14 @@ def ledger_action(policy: LedgerPolicy, capability: Capability) -> LedgerAction:
 
 class Ledger(Protocol):
     def paid(self, run_id: str, capability: str, digest: str,
-             before_revision: int) -> list[Identity]: ...
+             other_than: int) -> list[Identity]: ...
 
     def record(self, slot: SlotRecord) -> None: ...
 
 
 class PaidSlots(Protocol):
     def paid_identities(self, run_id: str, capability: str, digest: str,
-                        before_revision: int) -> list[Identity]: ...
+                        other_than: int) -> list[Identity]: ...
 
 
 class SqlLedger:
@@ -62,8 +63,8 @@ class SqlLedger:
         self._store = store
 
     def paid(self, run_id: str, capability: str, digest: str,
-             before_revision: int) -> list[Identity]:
-        return self._store.paid_identities(run_id, capability, digest, before_revision)
+             other_than: int) -> list[Identity]:
+        return self._store.paid_identities(run_id, capability, digest, other_than)
 
     def record(self, slot: SlotRecord) -> None:
         """Nothing to do: the committed slot is the ledger entry."""
@@ -74,9 +75,9 @@ class MemoryLedger:
         self._entries: dict[tuple[str, str, str], dict[Identity, int]] = defaultdict(dict)
 
     def paid(self, run_id: str, capability: str, digest: str,
-             before_revision: int) -> list[Identity]:
+             other_than: int) -> list[Identity]:
         entries = self._entries.get((run_id, capability, digest), {})
-        return sorted(i for i, revision in entries.items() if revision < before_revision)
+        return sorted(i for i, revision in entries.items() if revision != other_than)
 
     def record(self, slot: SlotRecord) -> None:
         key = (slot.run_id, slot.capability, slot.digest)

@@ -10,6 +10,9 @@ here, before anything is dispatched:
    fanout path, a swapped caller. The same call, so its result is reusable;
 3. **divergence**: the slot at the call's identity holds another payload (or
    capability): the committed call was edited; the run stops before any effect;
+   **used**: the slot at the call's identity holds this very call, but this
+   revision already handed its result to another call (a relocation): nothing
+   can be paid at a committed identity, so the run stops too;
 4. **repeat**: this (capability, digest) was already paid earlier in the run at
    another identity (another call expression, or a slot already used): the
    ledger policy decides (see ``broker.ledger``);
@@ -47,6 +50,7 @@ class Verdict(StrEnum):
     REPLAY = "replay"
     RELOCATED = "relocated"
     DIVERGE = "diverge"
+    USED = "used"
     REPEAT = "repeat"
     NEW = "new"
 
@@ -106,7 +110,7 @@ class Prefix:
             self.invoked.add(own.identity)
             if own.same_call(call.capability, call.digest) and own.fingerprint == \
                     call.fingerprint:
-                return Decision(Verdict.REPEAT, own)  # its slot already served another call
+                return Decision(Verdict.USED, own)  # its slot already served another call
             return Decision(Verdict.DIVERGE, own)
         paid = self._paid.get((call.capability, call.digest))
         if paid:
@@ -119,11 +123,27 @@ class Prefix:
         return Decision(verdict, slot)
 
     def race(self, identity: Identity) -> SlotRecord | None:
-        """The committed decision of the race at ``identity``, if any."""
+        """The committed decision of the race at ``identity``; a race that moved (another
+        fanout path or occurrence of the same race site) keeps its decision when exactly
+        one unused one of that site is committed."""
         slot = self.races.get(identity)
+        if slot is None or identity in self.used:
+            moved = [s for i, s in self.races.items()
+                     if i.site == identity.site and i not in self.used]
+            slot = moved[0] if len(moved) == 1 else None
         if slot is not None:
-            self.invoked.add(identity)
+            self.used.add(slot.identity)
+            self.invoked.add(slot.identity)
         return slot
+
+    def reached_race_branches(self, race: Identity, sites: set[str]) -> None:
+        """A replayed race runs only its winner; the committed first calls of its losing
+        branches (same race, branch sites) were reached all the same: not orphans."""
+        depth = len(race.path) + 1
+        for identity in self.slots:
+            if (identity.site in sites and len(identity.path) == depth
+                    and identity.path[:-1] == race.path):
+                self.invoked.add(identity)
 
     def orphans(self) -> list[Identity]:
         """Committed identities this revision never reached."""

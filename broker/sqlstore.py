@@ -168,7 +168,8 @@ def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability
                    check_ledger: bool, budget: BudgetCheck | None,
                    price_of: Callable[[str], float]) -> Begin:
     """Decide and record a call in one transaction: committed already? paid at another
-    identity? an open attempt in the way? within budget? else claim the next attempt.
+    identity by another revision (earlier, or a concurrent one that committed first)?
+    an open attempt in the way? within budget? else claim the next attempt.
 
     The run's row is locked first (PostgreSQL; SQLite writers hold the database lock),
     so concurrent broker workers of one run decide one after the other and can never
@@ -182,7 +183,7 @@ def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability
     if check_ledger:
         paid = conn.execute(select(slots).where(
             slots.c.run_id == run_id, slots.c.capability == capability,
-            slots.c.digest == digest, slots.c.revision < revision).limit(1)).first()
+            slots.c.digest == digest, slots.c.revision != revision).limit(1)).first()
         if paid is not None:
             return Begin(repeat=slot_record(paid))
     latest = conn.execute(select(attempts).where(_at(attempts, run_id, identity))
@@ -434,12 +435,12 @@ class SqlStore:
             check_ledger=check_ledger, budget=budget, price_of=price_of), race_retries=10)
 
     def paid_identities(self, run_id: str, capability: str, digest: str,
-                        before_revision: int) -> list[Identity]:
+                        other_than: int) -> list[Identity]:
         """The run-wide paid-payload ledger: where this payload was committed before."""
         rows = self._run("reading the paid-payload ledger", lambda c: c.execute(
             select(slots).where(slots.c.run_id == run_id, slots.c.capability == capability,
                                 slots.c.digest == digest,
-                                slots.c.revision < before_revision)).all(), write=False)
+                                slots.c.revision != other_than)).all(), write=False)
         return sorted(slot_record(r).identity for r in rows)
 
     def claim_attempt(self, run_id: str, identity: Identity, capability: str, digest: str,

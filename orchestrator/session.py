@@ -299,6 +299,17 @@ class Session:
                 "payload, or add a new call for new work", identity=str(call.identity),
                 committed_digest=slot.digest, digest=call.digest, line=slot.line))
             return None
+        if decision.verdict is Verdict.USED:
+            assert slot is not None
+            self._record(Recorded(call.identity, call.capability, Outcome.DENIED))
+            self.latch(SemanticRepeatDenied(
+                f"{call.identity} is committed with this very call, but this revision "
+                "already replayed that result to another call with the same expression and "
+                "payload; a committed identity cannot be paid again. Keep one such call, or "
+                "declare the other a further take with ctx.run(..., take=2)",
+                identity=str(call.identity), committed_identity=str(slot.identity),
+                committed_line=slot.line))
+            return None
         if decision.verdict is Verdict.REPEAT:
             assert slot is not None
             return self._repeat(call, request, slot)
@@ -447,6 +458,8 @@ class Session:
         if slot is None:
             self._answer(frame["seq"], {"ok": True, "winner": None})
             return
+        self.prefix.reached_race_branches(  # where the committed race stood
+            slot.identity, {b["site"] for b in described if b and b.get("site")})
         winner, index = _find_winner(slot.result, described)
         if winner is None:
             self.latch(ReplayDivergence(

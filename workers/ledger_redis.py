@@ -45,7 +45,7 @@ class RedisLedger:
         return self._prefix + json.dumps([run_id, "built"], separators=(",", ":"))
 
     def paid(self, run_id: str, capability: str, digest: str,
-             before_revision: int) -> list[Identity]:
+             other_than: int) -> list[Identity]:
         try:
             if not self._redis.exists(self._marker(run_id)):
                 self.rebuild(run_id)
@@ -54,9 +54,9 @@ class RedisLedger:
             self._unavailable("reading", exc)
             return sorted(s.identity for s in self._slots(run_id)
                           if (s.capability, s.digest) == (capability, digest)
-                          and s.revision < before_revision)
+                          and s.revision != other_than)
         return sorted(Identity.parse(k.decode()) for k, v in entries.items()
-                      if int(v) < before_revision)
+                      if int(v) != other_than)
 
     def rebuild(self, run_id: str) -> int:
         """Write every committed slot of the run into the ledger; returns how many."""

@@ -65,11 +65,11 @@ def test_a_wave_gives_exact_identities_their_slots_before_relocations() -> None:
     assert decisions[0].slot.identity == Identity("s", (0,), 0)
 
 
-def test_a_slot_serves_at_most_one_call_then_it_is_a_repeat() -> None:
+def test_a_slot_serves_at_most_one_call_then_it_is_used() -> None:
     prefix = Prefix([slot("s", (), 0, "a")])
     assert prefix.decide(call("s", (5,), 0, "a")).verdict is Verdict.RELOCATED
     again = prefix.decide(call("s", (), 0, "a"))
-    assert again.verdict is Verdict.REPEAT  # its slot already served the call above
+    assert again.verdict is Verdict.USED  # its slot already served the call above
 
 
 def test_another_call_expression_with_a_paid_payload_is_a_repeat_not_a_replay() -> None:

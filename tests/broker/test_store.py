@@ -129,12 +129,12 @@ def test_list_slots_orders_by_identity(store):
     assert Identity("a/#0", (), 0) < Identity("a/#0", (0,), 0)
 
 
-def test_the_paid_payload_ledger_is_run_wide_and_filters_by_revision(store):
+def test_the_paid_payload_ledger_is_run_wide_and_other_revisions_count(store):
     a, b, c = Identity("s/#0", (1,), 0), Identity("t/#0", (2,), 0), Identity("s/#0", (1,), 1)
     store.commit(slot(a, digest="d", revision=1), None)
     store.commit(slot(b, digest="d", revision=2), None)  # the same payload, another site
     store.commit(slot(c, digest="other", revision=1), None)
-    assert store.paid_identities(RUN, "llm.text", "d", 1) == []
+    assert store.paid_identities(RUN, "llm.text", "d", 1) == [b]  # a later revision counts
     assert store.paid_identities(RUN, "llm.text", "d", 2) == [a]
     assert store.paid_identities(RUN, "llm.text", "d", 3) == [a, b]
     assert store.paid_identities(RUN, "text.generate", "d", 3) == []

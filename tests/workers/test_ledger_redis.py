@@ -47,16 +47,16 @@ def ledger_and_commit(request, redis_url, sqlite_url):
     store.close()
 
 
-def test_the_ledger_is_run_wide_and_only_earlier_revisions_count(ledger_and_commit) -> None:
+def test_the_ledger_is_run_wide_and_only_other_revisions_count(ledger_and_commit) -> None:
     ledger, commit = ledger_and_commit
     commit(_slot(A, 1))
-    commit(_slot(B, 3))  # the same payload at another site, later
-    assert ledger.paid("run-1", "image.generate", "d1", before_revision=1) == []
-    assert ledger.paid("run-1", "image.generate", "d1", before_revision=2) == [A]
-    assert ledger.paid("run-1", "image.generate", "d1", before_revision=9) == [A, B]
-    assert ledger.paid("run-1", "image.generate", "d2", before_revision=9) == []
-    assert ledger.paid("run-1", "text.generate", "d1", before_revision=9) == []
-    assert ledger.paid("run-2", "image.generate", "d1", before_revision=9) == []
+    commit(_slot(B, 3))  # the same payload at another site, by another revision
+    assert ledger.paid("run-1", "image.generate", "d1", other_than=1) == [B]
+    assert ledger.paid("run-1", "image.generate", "d1", other_than=3) == [A]
+    assert ledger.paid("run-1", "image.generate", "d1", other_than=9) == [A, B]
+    assert ledger.paid("run-1", "image.generate", "d2", other_than=9) == []
+    assert ledger.paid("run-1", "text.generate", "d1", other_than=9) == []
+    assert ledger.paid("run-2", "image.generate", "d1", other_than=9) == []
 
 
 def test_a_lost_redis_copy_is_rebuilt_from_the_slots(redis_url, sqlite_url) -> None:

@@ -189,46 +189,6 @@ CONST_LOOP_V2 = _s('''
         return len(takes)
 ''')
 
-TAKE_REFUSED = (
-    "checker rule R10 refuses ctx.run(..., take=N) ('ctx.run takes no keyword arguments "
-    "(take=)', orchestrator/checker/api.py check_run_arguments) although "
-    "sandbox/language.py RUN_KEYWORDS allows 'take', the runtime and the host implement "
-    "it, docs/callpath.md rule 4 documents it, and SemanticRepeatDenied tells the model "
-    "to 'declare another take with ctx.run(..., take=2)': the one sanctioned way to pay "
-    "a paid payload again under auto ends in CheckFailed")
-
-DOUBLE_SERVE = (
-    "a slot serves two calls of one revision: a call relocated onto slot S by payload "
-    "(prefix rule 2) uses S; when the call at S's own identity arrives with the same "
-    "payload, Prefix._other returns REPEAT(own slot); under warn (auto for read-only) the "
-    "session dispatches it, and the broker's claim finds S committed at that identity and "
-    "answers from it (Broker._already_committed): S is handed to a second call, nothing "
-    "is paid although the warning says the repeat was paid and names the call's own "
-    "identity as where it was paid before. broker/prefix.py promises 'Each slot serves at "
-    "most one call per revision'")
-
-RACE_BY_EXACT_IDENTITY = (
-    "a race whose fanout path changes (moved into a ctx.parallel branch) loses its "
-    "committed decision: Prefix.race looks races up by exact identity only (no relocation "
-    "by path as rule 2 does for calls), so the committed race is orphaned, the branches' "
-    "first calls all replay by payload and the first replayed answer wins: the script "
-    "gets bold's result although calm won and still exists ('ctx.race must replay the "
-    "same winner')")
-
-RACE_LOSERS_ORPHANED = (
-    "a replayed race reports its losing branches' committed first calls as orphans "
-    "(Prefix.race marks only the race identity invoked; only the winner's first call is "
-    "reached on replay), so under orphan_policy=stop every revision that replays a race "
-    "whose losers had committed fails with OrphanStop, even an unchanged rerun")
-
-CHAIN_BY_AWAIT = (
-    "the runtime builds a call's site from the dynamic nesting of awaited helper calls "
-    "(sandbox/runtime.py _At pushes its tag on the awaiting task's chain) while the host's "
-    "site table follows lexical call nesting (orchestrator/sites.py _walk_chain): a "
-    "checker-valid script that awaits a helper's coroutine inside another effectful "
-    "helper, or runs stage functions through ctx.pipeline inside an effectful helper, "
-    "reports a site the host never annotated and is stopped with SandboxProtocolError")
-
 # ---- the corpus ------------------------------------------------------------------------------
 
 SHAPES: list[Shape] = []
@@ -1218,19 +1178,19 @@ shape("new_call_takes_committed_slot", "wrong_reuse", (
           {"executed": 0, "replayed": 1, "denied": 1})))
 
 shape("new_call_takes_committed_slot_warn", "wrong_reuse", (
-    "The same under ledger_policy=warn. The prefix says each slot serves at most one "
-    "call per revision, and warn means a repeat is paid, by name: the loop's hero should "
-    "be paid (1 warning) or replayed from its own slot, never handed the slot the new "
-    "call already took."),
+    "The same under ledger_policy=warn. Each slot serves at most one call per revision, "
+    "and nothing can be paid at a committed identity: the loop's hero, whose slot the "
+    "new call already took, stops the run (SemanticRepeatDenied) whatever the ledger "
+    "policy, never handed that slot a second time."),
     (Step(LOOP2_V1, "failed", 3, "CapabilityError", {"succeeded": 2, "failed": 1}),
-     Step(STEAL_V2, "succeeded", 2, calls={"executed": 2, "replayed": 2}, warned=1,
-          ledger_policy="warn")),
-    xfail=DOUBLE_SERVE)
+     Step(STEAL_V2, "stopped", 0, "SemanticRepeatDenied",
+          {"executed": 0, "replayed": 1, "denied": 1}, ledger_policy="warn")))
 
 shape("loop_payload_duplicated_text", "wrong_reuse", (
     "A text loop over [x, y] becomes [y, y]: occurrence 0 replays y's slot by payload, "
-    "occurrence 1 (y's own identity) finds it used: a read-only semantic repeat, warned "
-    "under auto and then paid."),
+    "occurrence 1 (y's own identity) finds it used: nothing can be paid at a committed "
+    "identity and a result is never handed to two calls, so the run stops there "
+    "(a second copy must be declared with take=2)."),
     (Step(_s('''
         async def orchestrate(ctx, args):
             lines = []
@@ -1244,8 +1204,8 @@ shape("loop_payload_duplicated_text", "wrong_reuse", (
             for p in ["a subtitle", "a subtitle"]:
                 lines.append(await ctx.run("text.generate", {"prompt": p}))
             return [line["text"] for line in lines[:2]]
-     '''), "succeeded", 1, calls={"executed": 1, "replayed": 1}, warned=1, orphans=1)),
-    xfail=DOUBLE_SERVE)
+     '''), "stopped", 0, "SemanticRepeatDenied", {"executed": 0, "replayed": 1, "denied": 1},
+          orphans=1)))
 
 shape("constant_text_loop_into_parallel", "loops", (
     "Three identical read-only calls in a loop moved into a ctx.parallel branch (the "
@@ -1369,7 +1329,7 @@ shape("race_moved_into_parallel", "race", (
             return [best["text"], image["artifact"]["id"]]
      '''), "succeeded", 1, calls={"replayed": 2, "executed": 1}, orphans=0,
           races_replayed=1)),
-    latency={"tagline, bold": 0.5}, xfail=RACE_BY_EXACT_IDENTITY)
+    latency={"tagline, bold": 0.5})
 
 shape("race_reorder_orphan_stop", "race", (
     "A text race (all branches succeed; calm is fastest and wins) reordered under "
@@ -1387,7 +1347,7 @@ shape("race_reorder_orphan_stop", "race", (
             return [best["text"], art["artifact"]["id"]]
      '''), "succeeded", 1, calls={"replayed": 2, "executed": 1}, races_replayed=1,
           orphan_policy="stop")),
-    latency={"tagline, bold": 0.5}, xfail=RACE_LOSERS_ORPHANED)
+    latency={"tagline, bold": 0.5})
 
 shape("fallback_wrapper_helper", "insert", (
     "The fallback written as a reusable wrapper: with_fallback(gen(\"poster\"), ...) "

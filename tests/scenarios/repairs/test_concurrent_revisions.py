@@ -14,8 +14,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 from broker.envelope import Envelope
 
 from ..conftest import Harness
@@ -43,15 +41,7 @@ V3 = _s('''
         return hero["artifact"]["id"]
 ''')
 
-CONCURRENT_LEDGER = (
-    "the paid-payload ledger only counts slots of earlier revisions (begin_call_txn: "
-    "slots.revision < revision; Prefix loaded once at the revision's start), so when "
-    "two revisions of one run are in flight and the later one (v3) commits a "
-    "side-effecting payload first, the earlier one (v2) pays the same payload again at "
-    "its own call site with no warning and no stop under the default auto policy")
 
-
-@pytest.mark.xfail(strict=True, reason=CONCURRENT_LEDGER)
 def test_a_payload_committed_by_a_concurrent_later_revision_is_not_paid_again(
         make_harness: Callable[..., Harness]) -> None:
     v3_done = threading.Event()
