@@ -163,17 +163,19 @@ def test_shrunk_loop_fails_under_orphan_policy_stop(harness: Harness) -> None:
 
 
 def test_fanout_identity_ignores_completion_order(make_harness) -> None:
-    rng = random.Random(7)
-    delays = {f"shot {i}": rng.uniform(0, 0.05) for i in range(8)}
+    order = list(range(8))
+    random.Random(7).shuffle(order)  # a finishing order far from the branch order
+    delays = {f"shot {i}": 0.04 * rank for i, rank in enumerate(order)}
     args = {"shots": list(delays)}
+    wide = Envelope(concurrency=8)
     first = make_harness(home="shared", latency=lambda cap, p: delays.get(p.get("prompt"), 0))
-    assert first.run("fanout_v1", args=args)["calls"]["succeeded"] == 7
+    assert first.run("fanout_v1", args=args, envelope=wide)["calls"]["succeeded"] == 7
     finished_first = [e["identity"] for e in first.provider_log()]
 
-    reversed_delays = {k: 0.05 - v for k, v in delays.items()}
+    reversed_delays = {k: 0.28 - v for k, v in delays.items()}
     replay = make_harness(home="shared",
                           latency=lambda cap, p: reversed_delays.get(p.get("prompt"), 0))
-    repair = replay.run("fanout_repaired", args=args)
+    repair = replay.run("fanout_repaired", args=args, envelope=wide)
     assert repair["status"] == "succeeded"
     assert (repair["calls"]["replayed"], repair["calls"]["executed"]) == (7, 1)
     assert all(i["outcome"] != "diverged" for i in repair["identities"])
