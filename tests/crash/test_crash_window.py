@@ -145,14 +145,26 @@ def test_pending_attempt_of_a_live_owner_cannot_be_reconciled(home, services):
 RUNS = int(os.environ.get("REVISE_CRASH_RUNS", "200"))
 
 
+def wait_for_first_attempt(services, child, run_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while (child.is_alive() and not open_attempts(services, run_id)
+           and time.monotonic() < deadline):
+        time.sleep(0.002)
+
+
 @pytest.mark.slow
 def test_randomized_crashes_never_pay_twice_silently(home, services):
     rng = random.Random(20261130)
     decisions: list[str] = []
     for index in range(RUNS):
         run_id = f"rand-{index}"
-        child = start_child(home, run_id, "crash_fanout", latency=rng.uniform(0, 0.03))
-        time.sleep(rng.uniform(0.0, 0.35))
+        child = start_child(home, run_id, "crash_fanout", latency=rng.uniform(0.01, 0.04))
+        if rng.random() < 0.5:
+            time.sleep(rng.uniform(0.0, 0.35))  # anywhere: before, inside or after the calls
+        else:
+            # Inside the window, however long the child takes to reach its first call.
+            wait_for_first_attempt(services, child, run_id)
+            time.sleep(rng.uniform(0.0, 0.02))
         os.kill(child.pid, 9)
         child.join(10)
         for _round in range(5):
