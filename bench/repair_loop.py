@@ -2,6 +2,7 @@
 feedback on and off.
 
 Run: python bench/repair_loop.py [--max-attempts 3] [--no-execute] [--case NAME] [--json]
+                                  [--relocation remap|stop]
 
 Each case in bench/repair_corpus/ holds a failing script (``failing.script``), its args
 (``case.json``) and the model's recorded answers (``model.jsonl``). An *episode* is one
@@ -19,6 +20,8 @@ Spend is the sum of unit prices of provider attempts (the run report's ``spend``
 first run's, and each round's (0 for a refused candidate). With ``--no-execute`` the
 loop stops at the first admissible candidate and nothing more runs. Prints one row per
 episode and the totals per mode; nothing is asserted: a benchmark, not a test.
+``--relocation stop`` runs the gate and the runtime without relocation (the paper's
+strict rule, the behaviour before the remap): compare rounds per success of the two.
 """
 
 from __future__ import annotations
@@ -84,13 +87,14 @@ class Episode:
                 "notes": self.notes}
 
 
-def run_episode(directory: Path, home: Path, *, mode: str, max_attempts: int) -> Episode:
+def run_episode(directory: Path, home: Path, *, mode: str, max_attempts: int,
+                relocation: str = "remap") -> Episode:
     meta = json.loads((directory / "case.json").read_text(encoding="utf-8"))
     episode = Episode(directory.name, meta.get("category", "?"), mode)
     args = meta.get("args", {})
     started = time.perf_counter()
-    services = open_services(Settings(home=home, sandbox=SandboxKind.PROCESS),
-                             runner=ProcessRunner())
+    services = open_services(Settings(home=home, sandbox=SandboxKind.PROCESS,
+                                      relocation=relocation), runner=ProcessRunner())
     try:
         pipeline = services.pipeline()
         run_id = directory.name
@@ -108,7 +112,7 @@ def run_episode(directory: Path, home: Path, *, mode: str, max_attempts: int) ->
 
         episode.result = repair_dynamic_source(
             store=services.store, run_id=run_id, model=model, max_attempts=rounds,
-            execute=None if mode == "static" else execute,
+            relocation=relocation, execute=None if mode == "static" else execute,
             runtime_feedback=MODES.get(mode, False))
     finally:
         services.close()
@@ -167,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="stop at the first admissible candidate; run nothing more")
     parser.add_argument("--case", action="append", help="only these case names")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--relocation", choices=["remap", "stop"], default="remap",
+                        help="the gate's relocation rule (stop: the paper's strict gate)")
     options = parser.parse_args(argv)
     cases = sorted(p for p in CORPUS.iterdir() if (p / "case.json").exists())
     if options.case:
@@ -178,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             for mode in modes:
                 episodes[mode].append(run_episode(
                     directory, Path(tmp) / f"{directory.name}-{mode}", mode=mode,
-                    max_attempts=options.max_attempts))
+                    max_attempts=options.max_attempts, relocation=options.relocation))
     summary = {f"runtime_feedback_{m}" if m in MODES else m: summarize(e)
                for m, e in episodes.items()}
     if options.json:

@@ -202,7 +202,8 @@ class Broker:
 
     def _spend(self, request: CallRequest, capability: Capability,
                attempt: AttemptRecord) -> CallReport:
-        call = CallContext(request.run_id, str(request.identity), attempt.idempotency_key or "")
+        call = CallContext(request.run_id, str(request.identity), attempt.idempotency_key or "",
+                           timeout_seconds=self.envelope.call_timeout_seconds)
         with _Heartbeat(self.store, attempt.id, self.settings.attempt_lease_seconds / 3):
             try:
                 answer = self._call_provider(request, capability, call, attempt)

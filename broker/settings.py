@@ -70,8 +70,7 @@ class Settings(BaseSettings):
     provider_honours_idempotency_key: bool = Field(
         default=False, description="the HTTP provider deduplicates requests that carry the "
         "same Idempotency-Key (then an unknown outcome is retried with it)")
-    # Fail-closed switches: the permissive opt-outs are explicit operator decisions.
-    store_fail_closed: bool = True
+    # Fail-closed switch: the permissive opt-out is an explicit operator decision.
     ledger_fail_closed: bool = True
     attempt_lease_seconds: float = Field(
         default=120.0, description="a pending attempt older than this whose owner is gone "

@@ -164,10 +164,15 @@ def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
         if persisted is None:
             raise InputError(f"run {run_id!r} has no certificate yet; run it first")
         cert = verify(persisted.digest, persisted.entries, services.store.list_slots(run_id))
+        certified = next((r for r in services.store.list_revisions(run_id)
+                          if r.revision == persisted.revision), None)
     finally:
         services.close()
+    from orchestrator.inspect import relocations_of
+
     data = {"run_id": run_id, "revision": persisted.revision,
-            "persisted_digest": persisted.digest, **cert.to_json()}
+            "persisted_digest": persisted.digest, **cert.to_json(),
+            "relocations": relocations_of(certified.summary if certified else None)}
     emit(as_json, data, lambda c: render.certificate(c, data))
     raise typer.Exit(EXIT_OK if not cert.differences else EXIT_FAILED)
 

@@ -27,6 +27,12 @@ def _cost(attempts: Iterable[AttemptRecord]) -> float:
                      if a.capability in CATALOG), 6)
 
 
+def relocations_of(summary: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The remaps a revision's gate made: each committed site and the site now standing for it."""
+    gate = (summary or {}).get("gate") or {}
+    return [dict(r) for r in gate.get("relocations") or []]
+
+
 def describe_run(store: RunStore, run_id: str) -> dict[str, Any]:
     run = store.get_run(run_id)
     if run is None:
@@ -50,7 +56,8 @@ def describe_run(store: RunStore, run_id: str) -> dict[str, Any]:
                        "source_digest": r.source_digest, "created_at": r.created_at.isoformat(),
                        "calls": (r.summary or {}).get("calls"),
                        "cost": _cost(a for a in attempts if a.revision == r.revision),
-                       "error": (r.summary or {}).get("error")} for r in revisions],
+                       "error": (r.summary or {}).get("error"),
+                       "relocations": relocations_of(r.summary)} for r in revisions],
         "slots": [{"identity": str(s.identity), "capability": s.capability,
                    "revision": s.revision, "digest": s.digest, "cost": s.cost,
                    "result_summary": _summary(s)} for s in slots],

@@ -191,6 +191,7 @@ class Pipeline:
         self.store.save_certificate(run_id, revision, certificate.digest,
                                     list(certificate.entries))
         report.certificate = self.verified_certificate(run_id)
+        report.certificate.relocations = list(report.gate.relocations)
         detail = None
         if run_status is RunStatus.BLOCKED and report.error is not None:
             detail = f"blocked: unresolved attempt at {report.error.identity}"

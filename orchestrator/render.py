@@ -43,9 +43,17 @@ def sites(c: Console, items: list[Site]) -> None:
     c.print(table)
 
 
+def relocation_line(r: dict[str, Any]) -> str:
+    committed = f"line {r['committed_line']}" if r.get("committed_line") else "its old line"
+    return (f"relocated {r['from']} ({committed}) -> {r['to']} (line {r['line']}): "
+            "its committed calls replay there when the payload is the same")
+
+
 def gate(c: Console, result: GateResult) -> None:
     if result.accepted:
         c.print(f"[green]accepted[/]: all {result.frozen} frozen site(s) kept")
+        for r in result.relocations:
+            c.print(f"  {escape(relocation_line(r.to_json()))}")
         return
     c.print("[red]rejected[/] before any container starts:")
     for ce in result.counterexamples:
@@ -64,6 +72,8 @@ def run_report(c: Console, report: dict[str, Any]) -> None:
             c.print(f"      fix: {escape(v['hint'])}")
     for ce in report["gate"].get("counterexamples", []):
         c.print(f"  gate: [red]{ce['kind']}[/] {ce['site']}")
+    for r in report["gate"].get("relocations", []):
+        c.print(f"  gate: {escape(relocation_line(r))}")
     if report["identities"]:
         table = Table("identity", "capability", "outcome")
         for ident in report["identities"]:
@@ -115,6 +125,8 @@ def certificate(c: Console, data: dict[str, Any]) -> None:
             f"digest {data['digest']}")
     for d in data["differences"]:
         c.print(f"  {d['kind']}: {d['site']} path {d['path']} occurrence {d['occurrence']}")
+    for r in data.get("relocations", []):
+        c.print(f"  {escape(relocation_line(r))}")
 
 
 def orphans(c: Console, run_id: str, items: list[dict[str, Any]]) -> None:
@@ -139,6 +151,9 @@ def show(c: Console, data: dict[str, Any]) -> None:
                       *(str(calls.get(k, 0)) for k in ("executed", "replayed", "failed",
                                                       "denied")), f"{rev['cost']:.4f}")
     c.print(table)
+    for rev in data["revisions"]:
+        for r in rev.get("relocations") or []:
+            c.print(f"  revision {rev['revision']}: {escape(relocation_line(r))}")
     slots = Table("committed identity", "capability", "rev", "result")
     for s in data["slots"]:
         slots.add_row(s["identity"], s["capability"], str(s["revision"]),

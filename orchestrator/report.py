@@ -72,6 +72,8 @@ class CertificateReport(_Model):
     digest: str
     entries: int
     differences: list[dict[str, Any]] = Field(default_factory=list)
+    # Committed sites that a relocated site of this revision now stands for.
+    relocations: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class OrphanReport(_Model):

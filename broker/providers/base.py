@@ -20,11 +20,13 @@ IDEMPOTENCY_PREFIX = "revise-"
 
 @dataclass(frozen=True)
 class CallContext:
-    """Who is calling: the run, the call identity text, the provider idempotency key."""
+    """Who is calling: the run, the call identity text, the provider idempotency key, and
+    how long one provider request may take (the envelope's ``call_timeout_seconds``)."""
 
     run_id: str
     identity: str
     idempotency_key: str
+    timeout_seconds: float | None = None
 
     @classmethod
     def for_call(cls, run_id: str, identity: str) -> CallContext:

@@ -80,12 +80,14 @@ class _OpenAIAdapter:
         if self._key is not None:
             headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
         url = f"{self.base_url}{path}"
+        timeout = self.timeout if call.timeout_seconds is None \
+            else min(self.timeout, call.timeout_seconds)
         try:
-            response = self._client.post(url, json=body, headers=headers, timeout=self.timeout)
+            response = self._client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException:
             raise provider_error(
                 capability, call,
-                f"{capability.name}: no answer from the provider within {self.timeout:g}s; "
+                f"{capability.name}: no answer from the provider within {timeout:g}s; "
                 "the provider may have completed the request (and charged for it); a retry "
                 "with the same Idempotency-Key lets it return that result instead",
                 status=None, provider_code="timeout", retryable=True) from None

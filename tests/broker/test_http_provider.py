@@ -160,6 +160,17 @@ def test_timeout_is_retryable_and_warns_of_completion(server, store):
     _assert_no_key(err)
 
 
+def test_the_envelope_call_timeout_bounds_one_request(server, store):
+    server.queue(IMAGES, slow(3.0))
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, timeout=30.0, client=client)
+        call = CallContext("run-h", "orchestrate/#0@:0", "revise-k", timeout_seconds=0.3)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, call)
+    assert (err.provider_code, err.retryable) == ("timeout", True)
+    assert "within 0.3s" in err.message
+
+
 def test_connection_refused_is_retryable(store):
     with httpx.Client() as client:
         provider = OpenAIImagesProvider(base_url="http://127.0.0.1:9/v1", api_key=FAKE_API_KEY,

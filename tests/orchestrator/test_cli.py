@@ -90,6 +90,31 @@ def test_run_then_gate_then_repair_through_the_cli(revise, tmp_path: Path) -> No
     assert "orchestrate/#0>orchestrate.gen/#0@3:0" in human
 
 
+def test_a_relocated_repair_is_named_by_gate_run_show_and_certificate(revise,
+                                                                     tmp_path: Path) -> None:
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"shots": ["a", "b", "c", "d"]}))
+    revise("run", script("fanout_v1"), "--run-id", "M", "--args", str(args), "--json", code=1)
+    moved = [("orchestrate/#0>orchestrate.gen/#0", "orchestrate/#0>gen_one/#0")]
+
+    _, human, _ = revise("gate", script("fanout_relocated"), "--run-id", "M")
+    assert "relocated orchestrate/#0>orchestrate.gen/#0" in human and "gen_one/#0" in human
+    _, run, _ = revise("run", script("fanout_relocated"), "--run-id", "M", "--json")
+    assert [(r["from"], r["to"]) for r in run["gate"]["relocations"]] == moved
+    # the three committed calls replay through the remap; only the failed one is paid
+    assert (run["calls"]["replayed"], run["calls"]["executed"]) == (3, 1)
+    assert [(r["from"], r["to"]) for r in run["certificate"]["relocations"]] == moved
+    _, cert, _ = revise("certificate", "M", "--json")
+    assert [(r["from"], r["to"]) for r in cert["relocations"]] == moved
+    _, cert_human, _ = revise("certificate", "M")
+    assert "relocated orchestrate/#0>orchestrate.gen/#0" in cert_human
+    _, shown, _ = revise("show", "M", "--json")
+    assert [(r["from"], r["to"]) for r in shown["revisions"][1]["relocations"]] == moved
+    assert shown["revisions"][0]["relocations"] == []
+    _, shown_human, _ = revise("show", "M")
+    assert "revision 2: relocated orchestrate/#0>orchestrate.gen/#0" in shown_human
+
+
 def test_sites_and_orphans(revise) -> None:
     _, sites, _ = revise("sites", script("shrink_v1"), "--json")
     assert [s["site"] for s in sites["sites"]] == ["orchestrate/for0/#0"]
