@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from broker.envelope import SandboxLimits
-from broker.settings import Settings
+from broker.settings import SandboxKind, Settings
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINE_SH = REPO / "sandbox" / "engine.sh"
@@ -68,6 +68,28 @@ def sandbox_settings(docker_client, tmp_path_factory) -> Settings:
 
     ensure_image(settings, progress=progress, client=docker_client)
     return settings
+
+
+@pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
+def embedded_services(request, tmp_path: Path) -> Any:
+    """Embedded services on a fresh home, once with each sandbox."""
+    from orchestrator.embedded import open_services
+
+    if request.param == "docker":
+        from sandbox.docker_runner import DockerRunner
+
+        base = request.getfixturevalue("sandbox_settings")
+        settings = base.model_copy(update={"home": tmp_path / "home",
+                                           "sandbox": SandboxKind.DOCKER})
+        runner: Any = DockerRunner(settings)
+    else:
+        from sandbox.runner import ProcessRunner
+
+        settings = Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS)
+        runner = ProcessRunner()
+    opened = open_services(settings, runner=runner)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture

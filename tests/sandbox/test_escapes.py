@@ -9,28 +9,12 @@ from pathlib import Path
 import pytest
 
 from broker.envelope import Envelope, SandboxLimits
-from broker.settings import SandboxKind, Settings
-from orchestrator.embedded import open_services
 from sandbox.acceptance_pipeline import run_unchecked, script
 
 
-@pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
-def services(request, tmp_path: Path):
-    if request.param == "docker":
-        from sandbox.docker_runner import DockerRunner
-
-        base = request.getfixturevalue("sandbox_settings")
-        settings = base.model_copy(update={"home": tmp_path / "home",
-                                           "sandbox": SandboxKind.DOCKER})
-        runner = DockerRunner(settings)
-    else:
-        from sandbox.runner import ProcessRunner
-
-        settings = Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS)
-        runner = ProcessRunner()
-    opened = open_services(settings, runner=runner)
-    yield opened
-    opened.close()
+@pytest.fixture
+def services(embedded_services):
+    return embedded_services
 
 
 def run(services, body: str, args: dict | None = None) -> dict:
