@@ -207,6 +207,11 @@ class FileArtifactStore:
         except FileNotFoundError:
             raise ArtifactNotFound(f"artifact {artifact} is not in {self.root}",
                                    artifact=artifact) from None
+        try:
+            check_size(os.fstat(handle.fileno()).st_size, self.max_bytes, self.where)
+        except ArtifactTooLarge:
+            handle.close()
+            raise
 
         def chunks() -> Iterator[bytes]:
             with handle:
@@ -240,6 +245,7 @@ class MemoryArtifactStore:
             data = self._data.get(artifact)
         if data is None:
             raise ArtifactNotFound(f"artifact {artifact} is not in memory", artifact=artifact)
+        check_size(len(data), self.max_bytes, self.where)
         return b"".join(verified(artifact, [data], self.where))
 
     def stream(self, ref_or_id: RefOrId) -> Iterator[bytes]:

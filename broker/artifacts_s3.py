@@ -116,7 +116,13 @@ class S3ArtifactStore:
         except BotoCoreError as exc:
             raise self._failed(f"reading artifact {artifact}", exc) from exc
         check_size(int(answer.get("ContentLength") or 0), self.max_bytes, self.where)
-        return verified(artifact, answer["Body"].iter_chunks(CHUNK_BYTES), self.where)
+
+        def body() -> Iterator[bytes]:
+            try:
+                yield from answer["Body"].iter_chunks(CHUNK_BYTES)
+            except (BotoCoreError, ClientError) as exc:
+                raise self._failed(f"reading artifact {artifact}", exc) from exc
+        return verified(artifact, body(), self.where)
 
     def get(self, ref_or_id: RefOrId) -> bytes:
         return b"".join(self.stream(ref_or_id))

@@ -87,6 +87,7 @@ class SqlArtifactStore:
     def stream(self, ref_or_id: RefOrId) -> Iterator[bytes]:
         artifact = id_of(ref_or_id)
         row = self._row(artifact)
+        check_size(int(row.size), self.max_bytes, self.where)
 
         def parts() -> Iterator[bytes]:
             for number in range(row.chunks):  # one chunk in memory at a time

@@ -100,6 +100,13 @@ def test_the_size_limit_refuses_and_names_the_setting(store):
     assert not store.exists(artifact_id(b"x" * (LIMIT + 1)))
 
 
+def test_a_store_with_a_lower_limit_does_not_hand_out_a_larger_artifact(store):
+    ref = store.put(b"y" * 100, "application/octet-stream")
+    store.max_bytes = 99  # the limit was lowered after the artifact was stored
+    with pytest.raises(ArtifactTooLarge, match="over the limit of 99 bytes"):
+        b"".join(store.stream(ref))
+
+
 def test_damaged_bytes_are_refused_on_read(store):
     ref = store.put(b"original bytes", "text/plain")
     _tamper(store, ref)
