@@ -145,7 +145,8 @@ def show(c: Console, data: dict[str, Any]) -> None:
                       escape(s["result_summary"]))
     c.print(slots)
     if data.get("artifacts"):
-        c.print(f"artifacts (in {escape(str(data['artifacts'][0]['store']))}; fetch one with "
+        where = data["artifacts"][0]["store"] or "the artifact store"
+        c.print(f"artifacts (in {escape(where)}; fetch one with "
                 "`revise artifact get ID -o FILE`):")
         for a in data["artifacts"]:
             c.print(f"  {a['id']} {a['media_type']} {a['bytes']} B  ({a['identity']})")
