@@ -28,7 +28,7 @@ def _revise(home: Path, env: dict[str, str], *argv: str, code: int = 0) -> Any:
                                "REVISE_SANDBOX": "process", **env})
     assert done.returncode == code, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
-    return json.loads(done.stdout)
+    return json.loads(done.stdout) if "--json" in argv else done.stdout
 
 
 def test_a_run_on_postgresql_keeps_its_artifacts_there(tmp_path: Path, postgres_url: str):
@@ -53,6 +53,9 @@ def test_a_run_on_postgresql_keeps_its_artifacts_there(tmp_path: Path, postgres_
     assert got["bytes"] == len(data) == first["bytes"]
     assert f"sha256:{hashlib.sha256(data).hexdigest()}" == first["id"]
     assert list(reader.glob(".one.png.*")) == [], "no temporary file left behind"
+    human = _revise(reader, {**env, "COLUMNS": "200"}, "show", "R")
+    assert "in the PostgreSQL run store; fetch one with `revise artifact get ID -o FILE`" in human
+    assert first["id"] in human
 
 
 def test_artifact_get_from_s3_and_its_errors(tmp_path: Path, s3_env: dict[str, str]):
