@@ -9,14 +9,24 @@ An artifact id becomes a file name (``root/ab/cd/<hex>``), so it is accepted
 only whole (``fullmatch``: no trailing newline, nothing around it) and only
 as ``sha256:`` plus 64 lowercase hex digits; the path is built from the hex
 digits alone.
+
+Every store has the same contract (``tests/broker/test_artifact_stores.py``
+runs it over file, memory, PostgreSQL and S3): ``put`` refuses more than
+``max_bytes`` (``REVISE_ARTIFACT_MAX_BYTES``), ``stream`` yields the bytes in
+chunks and checks the hash at the end, so a reader never trusts a damaged
+copy. ``where`` names the store for people (`revise show`, errors).
+The shared stores live in ``broker.artifacts_sql`` and ``broker.artifacts_s3``;
+``broker.artifact_stores.open_artifact_store`` picks one from the settings.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
 import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -34,6 +44,33 @@ class ArtifactNotFound(InputError):
 
 class ArtifactCorrupt(InputError):
     code = "artifact_corrupt"
+
+
+class ArtifactTooLarge(InputError):
+    code = "artifact_too_large"
+
+
+CHUNK_BYTES = 1 << 20  # how much of an artifact is read, written or held at once
+DEFAULT_MAX_BYTES = 64 << 20
+
+
+def check_size(size: int, max_bytes: int | None, where: str) -> None:
+    if max_bytes is not None and size > max_bytes:
+        raise ArtifactTooLarge(
+            f"an artifact of {size} bytes is over the limit of {max_bytes} bytes of {where}; "
+            "raise REVISE_ARTIFACT_MAX_BYTES or have the provider return a smaller result",
+            size=size, max_bytes=max_bytes)
+
+
+def verified(artifact: str, chunks: Iterable[bytes], where: str) -> Iterator[bytes]:
+    """Yield ``chunks``; at the end raise ``ArtifactCorrupt`` unless they hash to the id."""
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(chunk)
+        yield chunk
+    if f"sha256:{digest.hexdigest()}" != artifact:
+        raise ArtifactCorrupt(f"artifact {artifact} in {where} does not match its hash; "
+                              "delete the stored copy and re-run the call", artifact=artifact)
 
 
 def artifact_id(data: bytes) -> str:
@@ -91,6 +128,11 @@ class ArtifactRef:
 RefOrId = ArtifactRef | str | dict
 
 
+def id_of(ref_or_id: RefOrId) -> str:
+    """The ``sha256:<hex>`` id of a ref, its JSON, an id or an ``artifact://`` URI."""
+    return _id_of(ref_or_id)
+
+
 def _id_of(ref_or_id: RefOrId) -> str:
     if isinstance(ref_or_id, ArtifactRef):
         return ref_or_id.id
@@ -101,9 +143,13 @@ def _id_of(ref_or_id: RefOrId) -> str:
 
 @runtime_checkable
 class ArtifactStore(Protocol):
+    where: str  # the store, named for people
+
     def put(self, data: bytes, media_type: str) -> ArtifactRef: ...
 
     def get(self, ref_or_id: RefOrId) -> bytes: ...
+
+    def stream(self, ref_or_id: RefOrId) -> Iterator[bytes]: ...
 
     def exists(self, artifact: str) -> bool: ...
 
@@ -113,14 +159,17 @@ class ArtifactStore(Protocol):
 class FileArtifactStore:
     """Files under ``root/ab/cd/<hex>``; writes are atomic (temp file + rename)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, max_bytes: int | None = DEFAULT_MAX_BYTES) -> None:
         self.root = Path(root)
+        self.max_bytes = max_bytes
+        self.where = f"the file store {self.root}"
 
     def path(self, artifact: RefOrId) -> Path:
         hex_ = _hex_of(_id_of(artifact))
         return self.root / hex_[:2] / hex_[2:4] / hex_
 
     def put(self, data: bytes, media_type: str) -> ArtifactRef:
+        check_size(len(data), self.max_bytes, self.where)
         ref = ArtifactRef(id=artifact_id(data), media_type=media_type, size=len(data))
         target = self.path(ref.id)
         if target.exists():
@@ -151,6 +200,25 @@ class FileArtifactStore:
                                   artifact=artifact)
         return data
 
+    def stream(self, ref_or_id: RefOrId) -> Iterator[bytes]:
+        artifact = _id_of(ref_or_id)
+        try:
+            handle = self.path(artifact).open("rb")
+        except FileNotFoundError:
+            raise ArtifactNotFound(f"artifact {artifact} is not in {self.root}",
+                                   artifact=artifact) from None
+        try:
+            check_size(os.fstat(handle.fileno()).st_size, self.max_bytes, self.where)
+        except ArtifactTooLarge:
+            handle.close()
+            raise
+
+        def chunks() -> Iterator[bytes]:
+            with handle:
+                while chunk := handle.read(CHUNK_BYTES):
+                    yield chunk
+        return verified(artifact, chunks(), self.where)
+
     def exists(self, artifact: RefOrId) -> bool:
         return self.path(artifact).is_file()
 
@@ -158,11 +226,14 @@ class FileArtifactStore:
 class MemoryArtifactStore:
     """In-memory stand-in with the same contract (tests, dry runs)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_bytes: int | None = DEFAULT_MAX_BYTES) -> None:
         self._data: dict[str, bytes] = {}
         self._lock = threading.Lock()
+        self.max_bytes = max_bytes
+        self.where = "memory"
 
     def put(self, data: bytes, media_type: str) -> ArtifactRef:
+        check_size(len(data), self.max_bytes, self.where)
         ref = ArtifactRef(id=artifact_id(data), media_type=media_type, size=len(data))
         with self._lock:
             self._data.setdefault(ref.id, bytes(data))
@@ -174,7 +245,12 @@ class MemoryArtifactStore:
             data = self._data.get(artifact)
         if data is None:
             raise ArtifactNotFound(f"artifact {artifact} is not in memory", artifact=artifact)
-        return data
+        check_size(len(data), self.max_bytes, self.where)
+        return b"".join(verified(artifact, [data], self.where))
+
+    def stream(self, ref_or_id: RefOrId) -> Iterator[bytes]:
+        data = self.get(ref_or_id)
+        return iter([data[i:i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)])
 
     def exists(self, artifact: RefOrId) -> bool:
         with self._lock:

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     DateTime,
     Dialect,
     Float,
@@ -125,6 +126,29 @@ class Blob(Base):
     kind: Mapped[str] = mapped_column(String(20))  # args | envelope | payload (first writer)
     data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class Artifact(Base):
+    """An artifact in the run store's database (``REVISE_ARTIFACT_STORE=database``): one row
+    per content id, its bytes in ``artifact_chunks``; written with its chunks in one
+    transaction, so a row is never seen without its bytes."""
+
+    __tablename__ = "artifacts"
+
+    id: Mapped[str] = mapped_column(String(71), primary_key=True)  # sha256:<64 hex>
+    media_type: Mapped[str] = mapped_column(String(200))
+    size: Mapped[int] = mapped_column(BigInteger)
+    chunks: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ArtifactChunk(Base):
+    __tablename__ = "artifact_chunks"
+
+    artifact_id: Mapped[str] = mapped_column(
+        String(71), ForeignKey("artifacts.id", ondelete="CASCADE"), primary_key=True)
+    number: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class Slot(Base):

@@ -1,17 +1,34 @@
-"""Who owns a pending attempt, and whether that owner is still alive.
+"""Who owns a pending attempt (or a job lease, or a sandbox container), and whether it lives.
 
-An owner token is ``host:pid:start`` where ``start`` is the process start time
-from /proc. On the same host a dead owner is detected at once (pid gone, or
-reused by a process with another start time); on another host only the
-attempt's heartbeat lease can tell, so a stale heartbeat marks it unresolved.
+An owner token is ``v2:<host>:<domain>:<boot>:<pid>:<start>:<thread>``:
+
+* ``domain`` names the process table the pid belongs to: a hash of the
+  hostname, the kernel's boot id and the pid namespace. Two machines (or two
+  containers) that share a hostname still differ in it, so a pid is only ever
+  read against the process table it came from;
+* ``boot`` is random, drawn when the process first makes a token (after a
+  fork the child draws its own), so two tokens never collide even when pid
+  and start time do (a copied VM image, a reused pid in another namespace);
+* ``start`` is the process start time from /proc (a reused pid has another).
+
+Liveness is judged here only for tokens of this domain (``owner_alive``:
+True/False); any other token, including the older ``host:pid:start:thread``
+form, is ``None``: not judged dead, ever. Across hosts liveness comes only
+from the heartbeat lease: an attempt's heartbeat older than
+``REVISE_ATTEMPT_LEASE_SECONDS`` (the owner beats every third of it), a job
+lease in Redis that its holder stopped renewing (``workers.lease``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import socket
 import threading
 from functools import cache
+
+VERSION = "v2"
 
 
 def _start_ticks(pid: int) -> str | None:
@@ -23,22 +40,49 @@ def _start_ticks(pid: int) -> str | None:
         return None
 
 
+def _read(path: str) -> str:
+    try:
+        if path.startswith("/proc/self/ns/"):
+            return os.readlink(path)
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def local_domain() -> str:
+    """This process table: hostname + kernel boot id + pid namespace (not cached: a
+    process can enter another UTS namespace after import, as the tests do)."""
+    seen = "\0".join((socket.gethostname(), _read("/proc/sys/kernel/random/boot_id"),
+                      _read("/proc/self/ns/pid")))
+    return hashlib.sha256(seen.encode()).hexdigest()[:16]
+
+
 @cache
 def _token_for(pid: int) -> str:
-    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid) or '0'}"
+    # Keyed by pid: a forked child (prefork pool) gets its own boot id and start time.
+    host = socket.gethostname().replace(":", "_")[:64]
+    return (f"{VERSION}:{host}:{local_domain()}:{secrets.token_hex(6)}:{pid}:"
+            f"{_start_ticks(pid) or '0'}")
+
+
+def process_owner() -> str:
+    """Token of this process (sandbox containers are labelled with it)."""
+    return _token_for(os.getpid())
 
 
 def current_owner() -> str:
-    """Token of this process (plus thread, so two threads never share an attempt)."""
-    return f"{_token_for(os.getpid())}:{threading.get_ident()}"
+    """Token of this process plus thread, so two threads never share an attempt."""
+    return f"{process_owner()}:{threading.get_ident()}"
 
 
 def owner_alive(owner: str) -> bool | None:
-    """True/False when it can be told from here, None for another host."""
-    try:
-        host, pid, start, _thread = owner.split(":")
-    except ValueError:
+    """True/False when ``owner`` is of this process table; None for any other (unknown
+    host or namespace, a malformed or older token): the caller then waits for the lease."""
+    parts = owner.split(":")
+    if len(parts) not in (6, 7) or parts[0] != VERSION:
         return None
-    if host != socket.gethostname():
+    _, _host, domain, _boot, pid, start = parts[:6]
+    if domain != local_domain() or not pid.isdigit():
         return None
     return _start_ticks(int(pid)) == start

@@ -34,6 +34,18 @@ class OrphanPolicy(StrEnum):
     STOP = "stop"
 
 
+class ArtifactStoreKind(StrEnum):
+    FILE = "file"  # under HOME: one host only
+    DATABASE = "database"  # the run store's database: every host of a deployment
+    S3 = "s3"  # S3-compatible object storage
+
+
+class RepairVia(StrEnum):
+    EMBEDDED = "embedded"  # candidates run in this process (open_services)
+    QUEUE = "queue"  # candidates go through the dispatcher to the workers
+    AUTO = "auto"
+
+
 def _state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "revise"
 
@@ -96,6 +108,23 @@ class Settings(BaseSettings):
         default=300.0, gt=0, le=7200, description="one model answer, retries included, at "
         "most this long: no request starts after it and none runs past it")
 
+    artifact_store: ArtifactStoreKind | None = Field(
+        default=None, description="file | database | s3; default database when DATABASE_URL "
+        "is PostgreSQL (every host reads it), else file under HOME")
+    artifact_max_bytes: int = Field(
+        default=64 << 20, ge=1, description="largest artifact a store accepts or hands out")
+    s3_endpoint_url: str | None = Field(
+        default=None, description="S3-compatible endpoint (MinIO, Ceph, ...); none: AWS")
+    s3_bucket: str | None = Field(default=None, description="bucket (must exist)")
+    s3_prefix: str = Field(default="revise/artifacts/", description="key prefix")
+    s3_region: str = "us-east-1"
+    s3_access_key_id: str | None = None
+    s3_secret_access_key: SecretStr | None = None
+    repair_via: RepairVia = Field(
+        default=RepairVia.AUTO, description="where `revise repair --execute` runs candidates; "
+        "auto: queue when REDIS_URL or CELERY_BROKER_URL is set and the run store is "
+        "PostgreSQL, else embedded")
+
     @field_validator("home", "sandbox_pin")
     @classmethod
     def _absolute(cls, path: Path) -> Path:
@@ -107,6 +136,25 @@ class Settings(BaseSettings):
         if self.database_url:
             return self.database_url
         return f"sqlite:///{(self.home / 'revise.db').resolve()}"
+
+    @property
+    def run_store_is_shared(self) -> bool:
+        """The run store is a server database (a deployment's), not a file under HOME."""
+        return self.resolved_database_url.startswith("postgresql")
+
+    @property
+    def resolved_artifact_store(self) -> ArtifactStoreKind:
+        if self.artifact_store is not None:
+            return self.artifact_store
+        return (ArtifactStoreKind.DATABASE if self.run_store_is_shared
+                else ArtifactStoreKind.FILE)
+
+    @property
+    def resolved_repair_via(self) -> RepairVia:
+        if self.repair_via is not RepairVia.AUTO:
+            return self.repair_via
+        configured = {"redis_url", "celery_broker_url"} & self.model_fields_set
+        return RepairVia.QUEUE if configured and self.run_store_is_shared else RepairVia.EMBEDDED
 
     @property
     def resolved_broker_url(self) -> str:

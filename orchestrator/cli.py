@@ -15,6 +15,7 @@ from broker.identity import Identity
 from broker.records import AttemptStatus
 from broker.settings import Settings
 from orchestrator import render
+from orchestrator.artifact_cli import register as register_artifact
 from orchestrator.certificate import verify
 from orchestrator.checker import check
 from orchestrator.cli_common import (
@@ -148,7 +149,7 @@ def show_cmd(run_id: str, as_json: JsonFlag = False) -> None:
 
     services = _services()
     try:
-        data = describe_run(services.store, run_id)
+        data = describe_run(services.store, run_id, artifacts_in=services.artifacts.where)
     finally:
         services.close()
     emit(as_json, data, lambda c: render.show(c, data))
@@ -276,6 +277,7 @@ def sandbox_build_cmd(as_json: JsonFlag = False) -> None:
 
 register_repair(app)
 register_submit(app)
+register_artifact(app)
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from broker.artifacts import FileArtifactStore
+from broker.artifact_stores import open_artifact_store
+from broker.artifacts import ArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
 from broker.ledger import Ledger
@@ -22,7 +23,7 @@ class Services:
     settings: Settings
     store: SqlStore
     provider: Provider
-    artifacts: FileArtifactStore
+    artifacts: ArtifactStore
     runner: Runner | None = None
     ledger: Ledger | None = None  # a copy of the paid-payload ledger outside the store
 
@@ -45,7 +46,7 @@ def open_services(settings: Settings | None = None, *, runner: Runner | None = N
     settings = settings or Settings()
     settings.home.mkdir(parents=True, exist_ok=True)
     store = SqlStore.open(settings.resolved_database_url)
-    artifacts = FileArtifactStore(settings.artifacts_dir)
+    artifacts = open_artifact_store(settings, store.engine)
     provider = build_provider(settings, artifacts, latency=latency)
     return Services(settings=settings, store=store, provider=provider, artifacts=artifacts,
                     runner=runner)

@@ -33,7 +33,22 @@ def relocations_of(summary: dict[str, Any] | None) -> list[dict[str, Any]]:
     return [dict(r) for r in gate.get("relocations") or []]
 
 
-def describe_run(store: RunStore, run_id: str) -> dict[str, Any]:
+def _artifacts(slots: Iterable[SlotRecord], where: str | None) -> list[dict[str, Any]]:
+    """Every artifact a committed call produced, with how to fetch its bytes."""
+    found: dict[str, dict[str, Any]] = {}
+    for slot in slots:
+        art = slot.result.get("artifact") if isinstance(slot.result, dict) else None
+        if isinstance(art, dict) and isinstance(art.get("id"), str):
+            found.setdefault(art["id"], {
+                "id": art["id"], "uri": art.get("uri"), "media_type": art.get("media_type"),
+                "bytes": art.get("bytes"), "identity": str(slot.identity), "store": where,
+                "fetch": f"revise artifact get {art['id']} -o FILE"})
+    return list(found.values())
+
+
+def describe_run(store: RunStore, run_id: str, *, artifacts_in: str | None = None
+                 ) -> dict[str, Any]:
+    """``artifacts_in`` names the artifact store (the settings' one) for the listing."""
     run = store.get_run(run_id)
     if run is None:
         raise RunNotFound(f"no run {run_id!r}; `revise runs` lists the known runs",
@@ -61,6 +76,7 @@ def describe_run(store: RunStore, run_id: str) -> dict[str, Any]:
         "slots": [{"identity": str(s.identity), "capability": s.capability,
                    "revision": s.revision, "digest": s.digest, "cost": s.cost,
                    "result_summary": _summary(s)} for s in slots],
+        "artifacts": _artifacts(slots, artifacts_in),
         "attempts_open": [{"id": a.id, "identity": str(a.identity), "status": str(a.status),
                            "owner": a.owner} for a in attempts
                           if a.status in OPEN_ATTEMPT_STATUSES],

@@ -4,8 +4,10 @@ The attempt record is durable before the provider is called. An attempt whose
 owner died before commit is *unresolved*: the provider may or may not have
 done the work. Two mechanisms find them:
 
-* on the owner's host, a pending attempt whose owner process is gone (pid
-  absent, or reused with another start time) is unresolved at once;
+* in the owner's process table (same host, boot and pid namespace: see
+  ``broker.owner``), a pending attempt whose owner process is gone (pid
+  absent, or reused with another start time) is unresolved at once; an owner
+  of any other table is never judged by pid;
 * anywhere, a pending attempt whose heartbeat is older than
   ``attempt_lease_seconds`` (the owner beats every third of it while the
   provider call runs) is unresolved; the reconciler's periodic sweep marks it.

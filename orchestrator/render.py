@@ -159,6 +159,12 @@ def show(c: Console, data: dict[str, Any]) -> None:
         slots.add_row(s["identity"], s["capability"], str(s["revision"]),
                       escape(s["result_summary"]))
     c.print(slots)
+    if data.get("artifacts"):
+        where = data["artifacts"][0]["store"] or "the artifact store"
+        c.print(f"artifacts (in {escape(where)}; fetch one with "
+                "`revise artifact get ID -o FILE`):")
+        for a in data["artifacts"]:
+            c.print(f"  {a['id']} {a['media_type']} {a['bytes']} B  ({a['identity']})")
     if data["attempts_open"]:
         c.print("[magenta]open attempts[/] (need `revise reconcile`):")
         for a in data["attempts_open"]:

@@ -120,6 +120,8 @@ def repair_cmd(
                         ] = None,
     out: Annotated[Path | None, typer.Option("--out", help="write the accepted candidate "
                                              "here")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for one "
+                                           "candidate's run through the queue")] = 900.0,
     as_json: JsonFlag = False,
 ) -> None:
     """Ask a model to repair failed run R; the checker and the gate judge every candidate.
@@ -127,40 +129,38 @@ def repair_cmd(
     The run's args and envelope are the ones stored with it unless --args/--envelope are
     given (a note says which). With --execute, an accepted candidate runs on R; when the
     runtime stops it (divergence, ledger denial, orphan stop, budget), that counterexample
-    is the model's next round.
+    is the model's next round. On a deployment (REVISE_REPAIR_VIA=queue, or auto with a
+    broker and a PostgreSQL run store) candidates are gated here and run by the workers.
     """
-    from orchestrator.embedded import open_services
     from orchestrator.inputs import MISSING, resolve_inputs
     from orchestrator.models import Waiting, backend_from_spec
     from orchestrator.repair import repair_dynamic_source
+    from orchestrator.repair_via import RepairTarget
 
     settings = Settings()
     backend = Waiting(backend_from_spec(model, settings), err, rounds=max_attempts)
     given_args = read_json(args) if args is not None else MISSING
     given_env = load_envelope(envelope) if envelope else None
-    services = open_services(settings)
+    target = RepairTarget(settings, timeout=timeout)
     try:
-        inputs = resolve_inputs(services.store, run_id, args=given_args, envelope=given_env)
+        inputs = resolve_inputs(target.store, run_id, args=given_args, envelope=given_env)
         for note in inputs.notes():
             err.print(f"[yellow]note[/]: {render.escape(note)}")
-        run_candidate = None
-        if execute:
-            pipeline = services.pipeline()
 
-            def run_candidate(text: str) -> dict[str, Any]:
-                return pipeline.run(run_id, text, inputs.args, inputs.envelope).to_json()
+        def run_candidate(text: str) -> Any:
+            return target.run(run_id, text, inputs.args, inputs.envelope)
 
-        result = repair_dynamic_source(store=services.store, run_id=run_id, model=backend,
+        result = repair_dynamic_source(store=target.store, run_id=run_id, model=backend,
                                        max_attempts=max_attempts, grants=inputs.envelope.grants,
                                        args=inputs.args, relocation=str(settings.relocation),
-                                       execute=run_candidate)
+                                       execute=run_candidate if execute else None)
         if out is not None and result.candidate is not None:
             _write(out, result.candidate)
     finally:
-        services.close()
+        target.close()
         backend.close()
     if as_json:
-        emit_json({**result.to_json(), "inputs": inputs.to_json()})
+        emit_json({**result.to_json(), "inputs": inputs.to_json(), "via": str(target.via)})
     else:
         _show_result(stdout, result, out, run_id)
     raise typer.Exit(REPAIR_EXIT[result.outcome])

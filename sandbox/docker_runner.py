@@ -25,7 +25,6 @@ import os
 import re
 import secrets
 import signal
-import socket
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any
 
 from broker.envelope import SandboxLimits
 from broker.errors import SandboxError, SandboxUnavailable
+from broker.owner import owner_alive, process_owner
 from broker.settings import Settings
 from sandbox.image import verify_image
 from sandbox.job import SandboxJob
@@ -46,7 +46,8 @@ _LOG_TAIL_LINES = 400
 
 
 def _owner() -> str:
-    return f"{socket.gethostname()}:{os.getpid()}"
+    """This process's owner token (``broker.owner``): unique even when hostnames are not."""
+    return process_owner()
 
 
 class _LiveContainers:
@@ -295,11 +296,10 @@ def remove_stale_containers(client: Any, *, run_id: str | None = None) -> list[s
     filters: dict[str, Any] = {"label": [f"{LABEL_SANDBOX}=1"]}
     if run_id is not None:
         filters["label"].append(f"{LABEL_RUN}={run_id}")
-    host = socket.gethostname()
     removed: list[str] = []
     for container in client.containers.list(all=True, filters=filters):
         owner = (container.labels or {}).get(LABEL_OWNER, "")
-        if run_id is None and not _owner_is_dead(owner, host):
+        if run_id is None and not _owner_is_dead(owner):
             continue
         try:
             container.remove(force=True, v=True)
@@ -310,14 +310,7 @@ def remove_stale_containers(client: Any, *, run_id: str | None = None) -> list[s
     return removed
 
 
-def _owner_is_dead(owner: str, host: str) -> bool:
-    owner_host, _, pid_text = owner.rpartition(":")
-    if owner_host != host or not pid_text.isdigit():
-        return False  # another host's container (or unlabelled): not ours to judge
-    try:
-        os.kill(int(pid_text), 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False  # alive, owned by another user
-    return False
+def _owner_is_dead(owner: str) -> bool:
+    """Only an owner of this process table can be judged dead; a container of another host,
+    namespace or token format (or unlabelled) is not ours to judge and stays."""
+    return owner_alive(owner) is False

@@ -97,3 +97,51 @@ def redis_url() -> Iterator[str]:
         client.flushdb()
     finally:
         client.close()
+
+
+# ---- S3: moto's S3 server on 127.0.0.1 (a real HTTP endpoint speaking the S3 protocol) ---
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint(tmp_path_factory) -> Iterator[str]:
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    log = tmp_path_factory.mktemp("moto") / "moto.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                 "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                _missing_service(f"moto's S3 server did not start: {log.read_text()[-500:]}")
+            time.sleep(0.1)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def s3_env(s3_endpoint) -> dict[str, str]:
+    """REVISE_S3_* for a fresh bucket on the moto server (moto accepts any credentials)."""
+    import boto3
+
+    bucket = f"revise-t-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint, region_name="us-east-1",
+                 aws_access_key_id="test", aws_secret_access_key="test"
+                 ).create_bucket(Bucket=bucket)
+    return {"REVISE_S3_ENDPOINT_URL": s3_endpoint, "REVISE_S3_BUCKET": bucket,
+            "REVISE_S3_PREFIX": "t/", "REVISE_S3_ACCESS_KEY_ID": "test",
+            "REVISE_S3_SECRET_ACCESS_KEY": "test", "REVISE_S3_REGION": "us-east-1"}

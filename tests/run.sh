@@ -33,6 +33,11 @@ fi
 say "starting the Docker engine (if needed)"
 bash sandbox/engine.sh
 
+say "checking docker compose (the compose tests validate compose.yaml with it)"
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq docker-compose
+fi
+
 say "building the sandbox image (fast when current)"
 revise sandbox build
 

@@ -12,7 +12,8 @@ from functools import cached_property
 
 import redis
 
-from broker.artifacts import FileArtifactStore
+from broker.artifact_stores import open_artifact_store
+from broker.artifacts import ArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
 from broker.ledger import Ledger
@@ -61,9 +62,14 @@ class WorkerContext:
                         prefix=f"revise:{self.queue.queue_prefix}job:")
 
     @cached_property
+    def artifacts(self) -> ArtifactStore:
+        """The store the settings name: a deployment's database or S3, so every host reads
+        what this worker wrote (``file`` keeps it on this host's HOME)."""
+        return open_artifact_store(self.settings, self.store.engine)
+
+    @cached_property
     def provider(self) -> Provider:
-        artifacts = FileArtifactStore(self.settings.artifacts_dir)
-        return build_provider(self.settings, artifacts, latency=self.queue.local_latency)
+        return build_provider(self.settings, self.artifacts, latency=self.queue.local_latency)
 
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,

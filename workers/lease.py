@@ -12,9 +12,11 @@ worker dies comes back (``task_reject_on_worker_lost``), possibly forever.
 * ``GIVE_UP``    the job was started ``max_deliveries`` times and never finished
                  (its worker keeps dying): the caller records a visible failure.
 
-The holder token is ``broker.owner.current_owner()`` (host, pid, process start,
-thread): on the same host a dead holder is seen at once; on another host the
-lease expires ``ttl`` seconds after its last renewal. A holder renews the lease
+The holder token is ``broker.owner.current_owner()`` (host, process-table
+domain, random boot id, pid, process start, thread): in the same process table
+a dead holder is seen at once; from anywhere else (another host, another
+namespace, even one with the same hostname) only the lease tells, and it
+expires ``ttl`` seconds after its last renewal. A holder renews the lease
 every ``ttl / 3`` from a background thread for as long as the job runs.
 """
 

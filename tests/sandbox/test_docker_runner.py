@@ -335,14 +335,27 @@ def test_start_refuses_an_unpinned_or_swapped_image(docker_client, sandbox_setti
 
 
 def test_stale_containers_of_dead_owners_are_swept(docker_client, sandbox_settings):
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
+    """Only an owner of this process table is judged: a dead one's container goes; one of
+    another host (or the old hostname:pid label, which a shared hostname makes ambiguous)
+    stays, even when that pid is dead here."""
+    dead = subprocess.run([sys.executable, "-c", "from broker.owner import process_owner; "
+                           "print(process_owner())"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
     image = read_pin(sandbox_settings)["image_id"]
-    container = docker_client.containers.create(
+    _, host, _domain, boot, pid, start = dead.split(":")
+    labels = {"dead": dead, "other_host": f"v2:{host}:0123456789abcdef:{boot}:{pid}:{start}",
+              "old_form": f"{socket.gethostname()}:{pid}"}
+    containers = {name: docker_client.containers.create(
         image, command=["true"], network_mode="none",
-        labels={LABEL_SANDBOX: "1", LABEL_OWNER: f"{socket.gethostname()}:{dead.pid}"})
-    removed = remove_stale_containers(docker_client)
-    assert container.id in removed
+        labels={LABEL_SANDBOX: "1", LABEL_OWNER: owner}) for name, owner in labels.items()}
+    try:
+        removed = remove_stale_containers(docker_client)
+        assert containers["dead"].id in removed
+        assert containers["other_host"].id not in removed
+        assert containers["old_form"].id not in removed
+    finally:
+        for name in ("other_host", "old_form"):
+            containers[name].remove(force=True)
 
 
 def test_sigterm_of_the_host_process_removes_its_container(docker_client, sandbox_settings,

@@ -77,15 +77,20 @@ class Stack:
 
     def worker(self, role: str, *, pool: str = "threads", concurrency: int = 4,
                index: int = 0, env: dict[str, str] | None = None,
-               beat: bool = False) -> subprocess.Popen[bytes]:
-        name = f"{role}{index}-{self.prefix}@{HOST}"
+               beat: bool = False, host: str | None = None) -> subprocess.Popen[bytes]:
+        """``host``: run the worker as that host, in its own UTS namespace with that
+        hostname and its own REVISE_HOME (``tmp_path/<host>``); see ``tests/multihost``."""
+        name = f"{role}{index}-{self.prefix}@{host or HOST}"
         self.names.append(name)
-        return self._spawn([sys.executable, "-m", "celery", "-A", "workers.app", "worker",
-                            "-Q", self.client.app.routing.queue(role), "-n", name,
-                            "--pool", pool, "-c", str(concurrency), "-l", "INFO",
-                            "--without-mingle", "--without-gossip",
-                            *(["-B", "-s", str(self.tmp_path / f"beat{index}")] if beat
-                              else [])], f"{role}{index}", env)
+        command = [sys.executable, "-m", "celery", "-A", "workers.app", "worker",
+                   "-Q", self.client.app.routing.queue(role), "-n", name,
+                   "--pool", pool, "-c", str(concurrency), "-l", "INFO",
+                   "--without-mingle", "--without-gossip",
+                   *(["-B", "-s", str(self.tmp_path / f"beat{index}")] if beat else [])]
+        if host is not None:
+            command = as_host(host, command)
+            env = {"REVISE_HOME": str(self.tmp_path / host), **(env or {})}
+        return self._spawn(command, f"{role}{index}", env)
 
     def procfile(self, flower_port: int) -> subprocess.Popen[bytes]:
         self.env["REVISE_FLOWER_PORT"] = str(flower_port)
@@ -148,6 +153,11 @@ def make_stack(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[An
     yield make
     for stack in stacks:
         stack.stop()
+
+
+def as_host(host: str, command: list[str]) -> list[str]:
+    """``command`` in a new UTS namespace whose hostname is ``host`` (needs root)."""
+    return ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *command]
 
 
 def wait_for(predicate, timeout: float, what: str) -> Any:

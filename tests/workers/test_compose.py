@@ -1,5 +1,5 @@
-"""compose.yaml describes the Procfile's roles; `docker compose config` validates it
-where the compose plugin exists, a structure check does everywhere."""
+"""compose.yaml describes the Procfile's roles; `docker compose config` (or Debian's
+`docker-compose config`) validates it, a structure check reads it."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import subprocess
 
 import pytest
 import yaml
+
+from tests.conftest import _missing_service
 
 from .conftest import ROOT
 
@@ -21,27 +23,59 @@ def compose() -> dict:
     return yaml.safe_load((ROOT / "compose.yaml").read_text())
 
 
-def _compose_plugin() -> bool:
-    if shutil.which("docker") is None:
-        return False
-    probe = subprocess.run(["docker", "compose", "version"], capture_output=True)
-    return probe.returncode == 0
+def _compose_command() -> list[str] | None:
+    """`docker compose` (the plugin) or Debian's `docker-compose` (tests/run.sh installs it)."""
+    if shutil.which("docker") is not None and subprocess.run(
+            ["docker", "compose", "version"], capture_output=True).returncode == 0:
+        return ["docker", "compose"]
+    if shutil.which("docker-compose") is not None:
+        return ["docker-compose"]
+    return None
 
 
-@pytest.mark.skipif(not _compose_plugin(), reason="no docker compose plugin here")
-def test_docker_compose_config_accepts_it() -> None:
+def _config(*extra: str) -> subprocess.CompletedProcess[str]:
+    command = _compose_command()
+    if command is None:
+        _missing_service("neither `docker compose` nor `docker-compose` is installed "
+                         "(tests/run.sh installs docker-compose with apt)")
+    assert command is not None
     env = {**os.environ, "REVISE_FLOWER_AUTH": "admin:secret"}
-    result = subprocess.run(["docker", "compose", "-f", str(ROOT / "compose.yaml"), "config",
-                             "-q"], capture_output=True, text=True, env=env)
+    return subprocess.run([*command, "-f", str(ROOT / "compose.yaml"), "-p", "revise",
+                           *extra, "config"], capture_output=True, text=True, env=env,
+                          cwd=ROOT)
+
+
+@pytest.mark.parametrize("profile", [[], ["--profile", "s3"]])
+def test_compose_config_accepts_it(profile: list[str]) -> None:
+    result = _config(*profile)
     assert result.returncode == 0, result.stderr
+    services = yaml.safe_load(result.stdout)["services"]
+    assert {"redis", "postgres", "broker"} <= set(services)
+    assert services.get("s3", {"profiles": ["s3"]})["profiles"] == ["s3"]  # only on request
+
+
+def test_the_broker_scales_against_shared_stores() -> None:
+    """`up --scale broker=3`: nothing in the broker pins one container or one host."""
+    result = _config()
+    assert result.returncode == 0, result.stderr
+    broker = yaml.safe_load(result.stdout)["services"]["broker"]
+    assert "container_name" not in broker and "ports" not in broker
+    assert not broker.get("volumes"), "a broker worker needs no host directory"
+    assert broker["environment"]["REVISE_ARTIFACT_STORE"] == "database"
+    assert broker["environment"]["REVISE_DATABASE_URL"].startswith("postgresql+psycopg://")
+    s3 = _config("--profile", "s3")
+    assert yaml.safe_load(s3.stdout)["services"]["broker"]["environment"][
+        "REVISE_S3_ENDPOINT_URL"] == "http://s3:9000"
 
 
 def test_services_images_and_queues(compose: dict) -> None:
     services = compose["services"]
-    assert set(services) == {"redis", "postgres", "flower", *ROLES}
+    assert set(services) == {"redis", "postgres", "s3", "s3-bucket", "flower", *ROLES}
     assert services["redis"]["image"].startswith("redis:")
     assert services["postgres"]["image"].startswith("postgres:")
-    ours = {name: svc for name, svc in services.items() if name not in ("redis", "postgres")}
+    assert services["s3"]["profiles"] == ["s3"] == services["s3-bucket"]["profiles"]
+    ours = {name: svc for name, svc in services.items()
+            if name not in ("redis", "postgres", "s3", "s3-bucket")}
     for name, svc in ours.items():
         assert svc["build"] == {"context": ".", "dockerfile": "workers/Dockerfile"}, name
         assert svc["image"] == "revise-worker:latest", name
@@ -66,7 +100,9 @@ def test_sandbox_socket_replicas_and_shared_home(compose: dict) -> None:
         assert env["REVISE_DATABASE_URL"].startswith("postgresql+psycopg://")
         assert env["REVISE_REDIS_URL"].startswith("redis://redis:")
         assert env["REVISE_LEDGER_BACKEND"] == "redis"
-        assert any(v.endswith(":/var/lib/revise") for v in services[role]["volumes"])
+        assert env["REVISE_ARTIFACT_STORE"] == "${REVISE_ARTIFACT_STORE:-database}"
+        shared = any(v.endswith(":/var/lib/revise") for v in services[role]["volumes"])
+        assert shared == (role != "broker"), role
 
 
 def test_procfile_has_the_same_roles() -> None:

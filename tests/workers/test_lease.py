@@ -9,11 +9,13 @@ import time
 import pytest
 import redis
 
+from broker.owner import local_domain
 from workers.lease import JobLease, Verdict
 
 pytestmark = pytest.mark.redis
 
-DEAD = f"{socket.gethostname()}:999999999:0:1"  # a pid that cannot exist here
+# A token of this host's process table with a pid that cannot exist here.
+DEAD = f"v2:{socket.gethostname()}:{local_domain()}:000000000000:999999999:0:1"
 
 
 @pytest.fixture

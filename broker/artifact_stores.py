@@ -1,0 +1,38 @@
+"""The artifact store the settings name (``REVISE_ARTIFACT_STORE``).
+
+``file`` keeps bytes under ``HOME`` (one host); ``database`` in the run
+store's database (the default when it is PostgreSQL, so every host of a
+deployment reads what any broker worker wrote); ``s3`` in S3-compatible
+object storage. Broker workers, embedded mode and ``revise artifact get``
+all open their store here, so they agree on where an artifact is.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Engine
+
+from broker.artifacts import ArtifactStore, FileArtifactStore
+from broker.errors import InputError
+from broker.settings import ArtifactStoreKind, Settings
+
+
+def open_artifact_store(settings: Settings, engine: Engine | None = None) -> ArtifactStore:
+    """``engine`` is the run store's (needed for ``database``)."""
+    kind = settings.resolved_artifact_store
+    limit = settings.artifact_max_bytes
+    if kind is ArtifactStoreKind.FILE:
+        return FileArtifactStore(settings.artifacts_dir, max_bytes=limit)
+    if kind is ArtifactStoreKind.DATABASE:
+        from broker.artifacts_sql import SqlArtifactStore
+
+        if engine is None:
+            raise InputError("REVISE_ARTIFACT_STORE=database needs the run store open")
+        return SqlArtifactStore(engine, max_bytes=limit)
+    from broker.artifacts_s3 import S3ArtifactStore, client_from_settings
+
+    if not settings.s3_bucket:
+        raise InputError("REVISE_ARTIFACT_STORE=s3 needs a bucket: set REVISE_S3_BUCKET (and "
+                         "REVISE_S3_ENDPOINT_URL for a non-AWS endpoint), or choose "
+                         "REVISE_ARTIFACT_STORE=file|database")
+    return S3ArtifactStore(client_from_settings(settings), settings.s3_bucket,
+                           prefix=settings.s3_prefix, max_bytes=limit)
