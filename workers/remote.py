@@ -28,6 +28,7 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.envelope import Envelope
 from broker.errors import AttemptInFlight, BrokerError
+from workers.outcome import answer_of
 from workers.routing import CAPABILITY_TASK, Routing
 
 
@@ -60,6 +61,9 @@ class RemoteExecutor:
         finally:
             self.timings.append(time.perf_counter() - started)
         if result.failed():
+            carried = answer_of(answer)  # a failed, denied or stopped call (workers.outcome)
+            if carried is not None:
+                return CallReport.from_wire(carried)
             raise BrokerError(f"capability task for {request.identity} failed: {answer!r}",
                               identity=str(request.identity))
         return CallReport.from_wire(answer)
