@@ -154,6 +154,30 @@ def show_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     emit(as_json, data, lambda c: render.show(c, data))
 
 
+@app.command("report")
+@guard
+def report_cmd(
+    run_id: str,
+    html: Annotated[Path | None, typer.Option("--html", help="write the run report as one "
+                                              "self-contained HTML page to FILE")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run R's report: revisions side by side, counterexamples, open attempts, spend against
+    a full rerun and the certificate check (`revise show R` is the terminal view)."""
+    from orchestrator.html_report import render_html
+    from orchestrator.inspect import report_view
+
+    services = _services()
+    try:
+        view = report_view(services.store, run_id)
+    finally:
+        services.close()
+    if html is not None:
+        html.write_text(render_html(view), encoding="utf-8")
+    emit(as_json, view, lambda c: c.print(f"wrote {html}") if html is not None
+         else render.show(c, view))
+
+
 @app.command("certificate")
 @guard
 def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
