@@ -245,27 +245,45 @@ def reconcile_cmd(
                        ] = False,
     result: Annotated[Path | None, typer.Option("--result", help="JSON file with the known "
                                                 "result to commit")] = None,
+    artifact: Annotated[list[Path] | None, typer.Option(
+        "--artifact", help="a file the result references (its SHA-256 is the artifact id), "
+        "imported into the artifact store with the result; repeatable")] = None,
     operator: Annotated[str, typer.Option("--operator", help="who decides (recorded)")] = "",
     reason: Annotated[str, typer.Option("--reason", help="why (recorded)")] = "",
     as_json: JsonFlag = False,
 ) -> None:
-    """Resolve an unresolved attempt: write back its known result, or abandon it."""
+    """Resolve an unresolved attempt: write back its known result, or abandon it.
+
+    A result must have the capability's result shape, and every artifact it references
+    must be in the artifact store or given with --artifact FILE."""
     from orchestrator.reconcile import reconcile_attempt
+    from orchestrator.reconcile_input import Imported
 
     if abandon == (result is not None):
         raise InputError("pass exactly one of --abandon or --result FILE")
+    if artifact and result is None:
+        raise InputError("--artifact FILE goes with --result FILE")
     kwargs: dict[str, Any] = {}
     if result is not None:
-        kwargs["result"] = read_json(result)
+        kwargs["result"] = read_json(result, "result")
+        kwargs["imports"] = [Imported(str(path), _read_artifact(path)) for path in artifact or []]
     services = _services()
     try:
         data = reconcile_attempt(services.store, run_id, Identity.parse(identity),
-                                 operator=operator, reason=reason, **kwargs)
+                                 operator=operator, reason=reason,
+                                 artifacts=services.artifacts, **kwargs)
     finally:
         services.close()
     emit(as_json, data, lambda c: c.print(
         f"{data['decision']} attempt #{data['attempt_id']} at {data['identity']}; "
         f"{data['open_attempts_left']} open attempt(s) left in {run_id}"))
+
+
+def _read_artifact(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read artifact file {path}: {exc.strerror}") from None
 
 
 @app.command("demo")
