@@ -41,6 +41,8 @@ app = typer.Typer(help="Revise: run model-written orchestration scripts and repa
                   pretty_exceptions_enable=False, add_completion=False)
 sandbox_app = typer.Typer(help="Sandbox image management.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
+db_app = typer.Typer(help="The run store's database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
 
 def _services():
     from orchestrator.embedded import open_services
@@ -314,6 +316,19 @@ def sandbox_build_cmd(as_json: JsonFlag = False) -> None:
     info = ensure_image(Settings(), progress=None if as_json else progress)
     emit(as_json, {"tag": info.tag, "image_id": info.image_id},
           lambda c: c.print(f"sandbox image {info.tag} = {info.image_id}"))
+
+
+@db_app.command("upgrade")
+@guard
+def db_upgrade_cmd(as_json: JsonFlag = False) -> None:
+    """Create REVISE_DATABASE_URL's database if it is missing (when the role may), then
+    migrate it to the current schema. Safe to run again, and from several hosts."""
+    from broker.database import prepare_database
+
+    prepared = prepare_database(Settings().resolved_database_url)
+    emit(as_json, prepared.to_json(), lambda c: c.print(
+        f"{'created' if prepared.created else 'found'} {prepared.database}; schema at "
+        f"{prepared.revision}"))
 
 
 register_repair(app)
