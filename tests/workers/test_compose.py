@@ -80,3 +80,16 @@ def test_procfile_has_the_same_roles() -> None:
         # honcho numbers scaled copies (broker.1, broker.2): distinct workers in Flower
         assert f"-n ${{HONCHO_PROCESS_NAME:-{role}}}@%h" in procs[role]
     assert " -B " in procs["reconciler"]
+
+
+def test_workers_never_run_as_root(compose: dict) -> None:
+    services = compose["services"]
+    for name in (*ROLES, "flower"):
+        user = str(services[name].get("user", ""))
+        assert user and user.split(":")[0] not in ("root", "0"), (name, user)
+    assert services["sandbox"]["group_add"], "the Docker socket's group, not root"
+    dockerfile = (ROOT / "workers" / "Dockerfile").read_text().splitlines()
+    users = [line.split()[1] for line in dockerfile if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+    procfile = (ROOT / "Procfile").read_text()
+    assert "sudo -u revise" in procfile  # how to do the same on a host
