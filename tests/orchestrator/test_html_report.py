@@ -175,3 +175,27 @@ def test_report_json_carries_the_same_view(home: Path, tmp_path: Path) -> None:
     assert view["rerun"]["cost"] > view["spend"]["cost"]
     assert view["attempts_open"][0]["commands"][1].startswith(
         f"revise reconcile R '{LOST}' --abandon")
+
+
+STORIES = {"diverged": ["payload_v1", "payload_v2"], "orphaned": ["shrink_v1", "shrink_v2"],
+           "denied": ["loop3", "loop6"]}
+
+
+def test_every_outcome_gets_its_row_and_badge(tmp_path: Path) -> None:
+    from broker.envelope import Envelope
+
+    settings = Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS)
+    services = open_services(settings, runner=ProcessRunner())
+    try:
+        pipeline = services.pipeline()
+        for outcome, names in STORIES.items():
+            for name in names:
+                pipeline.run(outcome, (SCRIPTS / f"{name}.py").read_text(), {}, Envelope())
+            view = report_view(services.store, outcome)
+            last = max(r["revision"] for r in view["revisions"])
+            seen = {row["cells"][last]["outcome"] for row in view["matrix"]
+                    if last in row["cells"]}
+            assert outcome in seen, (outcome, seen)
+            assert f'<span class="o o-{outcome}">{outcome}</span>' in render_html(view)
+    finally:
+        services.close()
