@@ -8,11 +8,11 @@ value is a paid dispatch attempt exactly as it would be in production.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from broker.errors import CapabilityDenied
+from broker.errors import CapabilityDenied, InputError
 
 
 class _Input(BaseModel):
@@ -73,6 +73,50 @@ class AudioGenerateInput(_Input):
     voice: str = "neutral"
 
 
+# ---- results: what a provider hands back (checked where an operator supplies one) ---------
+
+
+class _Result(BaseModel):
+    """Providers may add fields; the ones named here must be present and well-typed."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class ArtifactField(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^sha256:[0-9a-f]{64}$")
+    media_type: str = Field(min_length=1)
+    bytes: int = Field(ge=0)
+    uri: str | None = None
+
+
+class AnyResult(_Result):
+    """Catalog-only (dry-run) capabilities: any object; an artifact, if any, is checked."""
+
+    artifact: ArtifactField | None = None
+
+
+class ImageResult(_Result):
+    artifact: ArtifactField
+    width: int = Field(gt=0)
+    height: int = Field(gt=0)
+
+
+class StoryboardPlanResult(_Result):
+    shots: list[str]
+
+
+class ReviewVisualResult(_Result):
+    verdict: Literal["pass", "fail"]
+    score: float
+    notes: str = ""
+
+
+class TextGenerateResult(_Result):
+    text: str
+
+
 class Capability(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -83,6 +127,7 @@ class Capability(BaseModel):
     unit_price: float
     input_model: type[_Input]
     provider: str
+    result_model: type[_Result] = AnyResult
     # Payload fields that carry a secret (a token, a signed URL): never shown to a model or
     # printed in a report; the digest still covers them.
     secret_fields: frozenset[str] = frozenset()
@@ -122,11 +167,28 @@ class Capability(BaseModel):
     def input_schema(self) -> dict[str, Any]:
         return self.input_model.model_json_schema()
 
+    def check_result(self, result: Any) -> None:
+        """Raise InputError naming the field when ``result`` is not this capability's result
+        shape (an operator's write-back of a call whose worker died)."""
+        if not isinstance(result, dict):
+            raise InputError(f"a {self.name} result is a JSON object, got "
+                             f"{type(result).__name__}", capability=self.name)
+        try:
+            self.result_model.model_validate(result)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(result)'}: {e['msg']}"
+                for e in exc.errors()[:5])
+            raise InputError(f"not a {self.name} result: {problems}. Expected fields: "
+                             f"{', '.join(self.result_model.model_fields) or 'any'}",
+                             capability=self.name) from None
 
-def _cap(name, description, *, side_effecting, production, price, model, provider):
+
+def _cap(name, description, *, side_effecting, production, price, model, provider,
+         result=AnyResult):
     return Capability(name=name, description=description, side_effecting=side_effecting,
                       production=production, unit_price=price, input_model=model,
-                      provider=provider)
+                      provider=provider, result_model=result)
 
 
 CATALOG: dict[str, Capability] = {
@@ -134,16 +196,16 @@ CATALOG: dict[str, Capability] = {
     for cap in (
         _cap("image.generate", "Generate one image from a prompt (paid).",
              side_effecting=True, production=True, price=0.02, model=ImageGenerateInput,
-             provider="images"),
+             provider="images", result=ImageResult),
         _cap("storyboard.plan", "Plan a storyboard: a list of shot descriptions.",
              side_effecting=False, production=True, price=0.002, model=StoryboardPlanInput,
-             provider="text"),
+             provider="text", result=StoryboardPlanResult),
         _cap("review.visual", "Review an image against criteria; returns a verdict.",
              side_effecting=False, production=True, price=0.002, model=ReviewVisualInput,
-             provider="text"),
+             provider="text", result=ReviewVisualResult),
         _cap("text.generate", "Generate text from a prompt.",
              side_effecting=False, production=True, price=0.001, model=TextGenerateInput,
-             provider="text"),
+             provider="text", result=TextGenerateResult),
         _cap("video.generate", "Generate a video clip (catalog-only: dry-run).",
              side_effecting=True, production=False, price=0.50, model=VideoGenerateInput,
              provider="dry-run"),

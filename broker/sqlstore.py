@@ -39,6 +39,7 @@ from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import attempt_record, revision_record, run_record, slot_record
 from broker.names import validate_name
+from broker.outage import describe, where
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
     AttemptRecord,
@@ -343,8 +344,10 @@ class SqlStore:
         else:
             check = ("check that the database server is running and reachable at that host "
                      "and port, and that the user and database exist")
-        return StoreUnavailable(f"run store {self._safe_url} is unavailable while {action} "
-                                f"({_reason(exc)}); {check}", url=self._safe_url)
+        service, host, port, _ = where(self._safe_url)
+        return StoreUnavailable(f"the run store ({describe(self._safe_url)}) is unavailable "
+                                f"while {action} ({_reason(exc)}); {check}", url=self._safe_url,
+                                service=service, host=host, port=port)
 
     # -- runs and revisions --
 

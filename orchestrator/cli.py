@@ -42,6 +42,8 @@ app = typer.Typer(help="Revise: run model-written orchestration scripts and repa
                   pretty_exceptions_enable=False, add_completion=False)
 sandbox_app = typer.Typer(help="Sandbox image management.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
+db_app = typer.Typer(help="The run store's database.", no_args_is_help=True)
+app.add_typer(db_app, name="db")
 
 def _services():
     from orchestrator.embedded import open_services
@@ -155,6 +157,30 @@ def show_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     emit(as_json, data, lambda c: render.show(c, data))
 
 
+@app.command("report")
+@guard
+def report_cmd(
+    run_id: str,
+    html: Annotated[Path | None, typer.Option("--html", help="write the run report as one "
+                                              "self-contained HTML page to FILE")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Run R's report: revisions side by side, counterexamples, open attempts, spend against
+    a full rerun and the certificate check (`revise show R` is the terminal view)."""
+    from orchestrator.html_report import render_html
+    from orchestrator.inspect import report_view
+
+    services = _services()
+    try:
+        view = report_view(services.store, run_id)
+    finally:
+        services.close()
+    if html is not None:
+        html.write_text(render_html(view), encoding="utf-8")
+    emit(as_json, view, lambda c: c.print(f"wrote {html}") if html is not None
+         else render.show(c, view))
+
+
 @app.command("certificate")
 @guard
 def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
@@ -222,27 +248,45 @@ def reconcile_cmd(
                        ] = False,
     result: Annotated[Path | None, typer.Option("--result", help="JSON file with the known "
                                                 "result to commit")] = None,
+    artifact: Annotated[list[Path] | None, typer.Option(
+        "--artifact", help="a file the result references (its SHA-256 is the artifact id), "
+        "imported into the artifact store with the result; repeatable")] = None,
     operator: Annotated[str, typer.Option("--operator", help="who decides (recorded)")] = "",
     reason: Annotated[str, typer.Option("--reason", help="why (recorded)")] = "",
     as_json: JsonFlag = False,
 ) -> None:
-    """Resolve an unresolved attempt: write back its known result, or abandon it."""
+    """Resolve an unresolved attempt: write back its known result, or abandon it.
+
+    A result must have the capability's result shape, and every artifact it references
+    must be in the artifact store or given with --artifact FILE."""
     from orchestrator.reconcile import reconcile_attempt
+    from orchestrator.reconcile_input import Imported
 
     if abandon == (result is not None):
         raise InputError("pass exactly one of --abandon or --result FILE")
+    if artifact and result is None:
+        raise InputError("--artifact FILE goes with --result FILE")
     kwargs: dict[str, Any] = {}
     if result is not None:
-        kwargs["result"] = read_json(result)
+        kwargs["result"] = read_json(result, "result")
+        kwargs["imports"] = [Imported(str(path), _read_artifact(path)) for path in artifact or []]
     services = _services()
     try:
         data = reconcile_attempt(services.store, run_id, Identity.parse(identity),
-                                 operator=operator, reason=reason, **kwargs)
+                                 operator=operator, reason=reason,
+                                 artifacts=services.artifacts, **kwargs)
     finally:
         services.close()
     emit(as_json, data, lambda c: c.print(
         f"{data['decision']} attempt #{data['attempt_id']} at {data['identity']}; "
         f"{data['open_attempts_left']} open attempt(s) left in {run_id}"))
+
+
+def _read_artifact(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read artifact file {path}: {exc.strerror}") from None
 
 
 @app.command("demo")
@@ -273,6 +317,19 @@ def sandbox_build_cmd(as_json: JsonFlag = False) -> None:
     info = ensure_image(Settings(), progress=None if as_json else progress)
     emit(as_json, {"tag": info.tag, "image_id": info.image_id},
           lambda c: c.print(f"sandbox image {info.tag} = {info.image_id}"))
+
+
+@db_app.command("upgrade")
+@guard
+def db_upgrade_cmd(as_json: JsonFlag = False) -> None:
+    """Create REVISE_DATABASE_URL's database if it is missing (when the role may), then
+    migrate it to the current schema. Safe to run again, and from several hosts."""
+    from broker.database import prepare_database
+
+    prepared = prepare_database(Settings().resolved_database_url)
+    emit(as_json, prepared.to_json(), lambda c: c.print(
+        f"{'created' if prepared.created else 'found'} {prepared.database}; schema at "
+        f"{prepared.revision}"))
 
 
 register_repair(app)

@@ -18,6 +18,8 @@ from rich.console import Console
 
 from broker.errors import ConfigError, InputError, ReviseError
 from broker.names import validate_name
+from broker.outage import is_queue_outage, queue_unavailable
+from broker.settings import Settings
 from orchestrator import render
 
 EXIT_OK = 0
@@ -65,7 +67,13 @@ def guard(fn: Callable[..., None]) -> Callable[..., None]:
             for parameter, kind in NAME_PARAMETERS.items():
                 if kwargs.get(parameter) is not None:
                     validate_name(kind, kwargs[parameter])
-            fn(*args, **kwargs)
+            try:
+                fn(*args, **kwargs)
+            except Exception as exc:  # Redis down under Celery: name it, no traceback
+                if not is_queue_outage(exc):
+                    raise
+                raise queue_unavailable(Settings().resolved_broker_url, "talking to the "
+                                        "queue", exc) from None
         except ReviseError as exc:
             code = EXIT_USAGE if isinstance(exc, InputError | ConfigError) else EXIT_FAILED
             if kwargs.get("as_json"):

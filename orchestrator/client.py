@@ -26,6 +26,7 @@ from orchestrator.source import decode_source
 from workers.app import ReviseCelery, make_app
 from workers.config import WorkerSettings
 from workers.messages import DispatchJob, parse_message, require_utf8
+from workers.outcome import answer_of
 from workers.routing import DISPATCH_TASK
 
 QUEUED, DISPATCHING, RUNNING = "queued", "dispatching", "running"
@@ -74,10 +75,15 @@ class JobHandle:
         if self._dispatched is None:
             result = self.client.app.AsyncResult(self.job_id)
             if result.ready():
-                if result.failed():
+                # A refused job is a task FAILURE that carries the answer (workers.outcome).
+                carried = answer_of(result.result) if result.failed() else None
+                if carried is not None:
+                    self._dispatched = carried
+                elif result.failed():
                     raise BrokerError(f"job {self.job_id}: the dispatcher failed: "
                                       f"{_describe(result.result)}", job_id=self.job_id)
-                self._dispatched = result.result
+                else:
+                    self._dispatched = result.result
         return self._dispatched
 
     def status(self) -> str:

@@ -1,14 +1,22 @@
-"""What `revise show` reports about a run, as one JSON-able dict."""
+"""What `revise show` and `revise report` say about a run, as JSON-able dicts."""
 
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterable
 from typing import Any
 
 from broker.catalog import CATALOG
 from broker.errors import RunNotFound
-from broker.records import OPEN_ATTEMPT_STATUSES, AttemptRecord, AttemptStatus, SlotRecord
+from broker.identity import Identity
+from broker.records import (
+    OPEN_ATTEMPT_STATUSES,
+    AttemptRecord,
+    AttemptStatus,
+    RevisionRecord,
+    SlotRecord,
+)
 from broker.store import RunStore
 
 
@@ -82,4 +90,115 @@ def describe_run(store: RunStore, run_id: str, *, artifacts_in: str | None = Non
                           if a.status in OPEN_ATTEMPT_STATUSES],
         "events": [{"time": e.created_at.isoformat(), "revision": e.revision, "kind": e.kind,
                     "identity": e.identity, "message": e.message} for e in events],
+    }
+
+
+# ---- the run report page (`revise report R --html`): describe_run plus what a reader needs --
+
+
+def _identity_text(item: dict[str, Any]) -> str:
+    return str(Identity(item["site"], tuple(item["path"]), item["occurrence"]))
+
+
+def _price(capability: str) -> float:
+    return CATALOG[capability].unit_price if capability in CATALOG else 0.0
+
+
+def _matrix(revisions: list[RevisionRecord], slots: list[SlotRecord],
+            open_attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
+    """One row per identity any revision touched; one cell per revision (outcome, cost);
+    an attempt a crash left open shows as ``unresolved`` in its revision."""
+    rows: dict[str, dict[str, Any]] = {}
+
+    def row(identity: str, capability: str) -> dict[str, Any]:
+        return rows.setdefault(identity, {"identity": identity, "capability": capability,
+                                          "cells": {}, "committed_by": None, "result": None})
+
+    for rev in revisions:
+        summary = rev.summary or {}
+        for item in summary.get("identities") or []:
+            row(_identity_text(item), item["capability"])["cells"][rev.revision] = {
+                "outcome": item["outcome"], "cost": item.get("cost", 0.0),
+                "replayed_from": item.get("replayed_from")}
+        for orphan in summary.get("orphans") or []:
+            cells = row(orphan["identity"], "")["cells"]
+            cells.setdefault(rev.revision, {"outcome": "orphaned", "cost": 0.0,
+                                            "replayed_from": None})
+    for attempt in open_attempts:
+        row(str(attempt.identity), attempt.capability)["cells"].setdefault(
+            attempt.revision, {"outcome": "unresolved", "cost": _price(attempt.capability),
+                               "replayed_from": None})
+    for slot in slots:
+        entry = row(str(slot.identity), slot.capability)
+        entry.update(capability=slot.capability, committed_by=slot.revision,
+                     result=_summary(slot))
+    return sorted(rows.values(), key=lambda r: r["identity"])
+
+
+def _source_line(text: str, line: int | None) -> str | None:
+    lines = text.splitlines()
+    return lines[line - 1].strip() if line and 0 < line <= len(lines) else None
+
+
+def _counterexamples(revisions: list[RevisionRecord], slots: list[SlotRecord]
+                     ) -> list[dict[str, Any]]:
+    """The gate's counterexamples of every revision, with the candidate's source line and
+    the committed call's line in the revision that committed it."""
+    by_revision = {r.revision: r for r in revisions}
+    committed: dict[str, SlotRecord] = {}
+    for slot in sorted(slots, key=lambda s: -s.revision):  # the first commit of each site
+        committed[slot.identity.site] = slot
+    out = []
+    for rev in revisions:
+        for ce in ((rev.summary or {}).get("gate") or {}).get("counterexamples") or []:
+            first = committed.get(ce["site"])
+            origin = by_revision.get(first.revision) if first is not None else None
+            out.append({**ce, "revision": rev.revision,
+                        "source": _source_line(rev.source_text, ce.get("line")),
+                        "committed_revision": None if first is None else first.revision,
+                        "committed_source": None if origin is None or first is None
+                        else _source_line(origin.source_text,
+                                          ce.get("committed_line") or first.line)})
+    return out
+
+
+def reconcile_commands(run_id: str, identity: str) -> list[str]:
+    """The exact commands an operator runs to decide an unresolved attempt."""
+    base = f"revise reconcile {shlex.quote(run_id)} {shlex.quote(identity)}"
+    return [f"{base} --result known.json --operator NAME --reason 'the provider shows it'",
+            f"{base} --abandon --operator NAME --reason 'the provider has no record'"]
+
+
+def _rerun_cost(revisions: list[RevisionRecord]) -> float:
+    """What the revisions would have paid run from scratch: every call they made, paid."""
+    return round(sum(_price(i["capability"]) for r in revisions
+                     for i in (r.summary or {}).get("identities") or []
+                     if i["outcome"] in ("executed", "replayed", "failed")), 6)
+
+
+def report_view(store: RunStore, run_id: str) -> dict[str, Any]:
+    """``describe_run`` plus the revisions side by side, the gate's counterexamples with
+    their source lines, open attempts with their reconcile commands, spend against a full
+    rerun and the certificate check: everything the HTML report shows."""
+    from orchestrator.certificate import verify
+
+    view = describe_run(store, run_id)
+    revisions = store.list_revisions(run_id)
+    slots = [s for s in store.list_slots(run_id) if s.capability in CATALOG]
+    persisted = store.latest_certificate(run_id)
+    certificate = None
+    if persisted is not None:
+        checked = verify(persisted.digest, persisted.entries, slots)
+        certificate = {"revision": persisted.revision, "persisted_digest": persisted.digest,
+                       **checked.to_json()}
+    for attempt in view["attempts_open"]:
+        attempt["commands"] = reconcile_commands(run_id, attempt["identity"])
+    spent = view["spend"]["cost"]
+    rerun = _rerun_cost(revisions)
+    return view | {
+        "matrix": _matrix(revisions, slots, store.list_attempts(
+            run_id, frozenset(OPEN_ATTEMPT_STATUSES))),
+        "counterexamples": _counterexamples(revisions, slots),
+        "rerun": {"cost": rerun, "saved": round(max(rerun - spent, 0.0), 6)},
+        "certificate": certificate,
     }

@@ -20,9 +20,11 @@ once more). Every decision is recorded with operator, reason and time.
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from broker.artifacts import ArtifactStore
 from broker.catalog import CATALOG
 from broker.errors import InputError
 from broker.identity import Identity
@@ -36,6 +38,7 @@ from broker.records import (
 )
 from broker.store import RunStore
 from orchestrator.certificate import build_certificate
+from orchestrator.reconcile_input import Imported, check_write_back
 from orchestrator.sites import assign_sites
 
 _UNSET = object()
@@ -95,8 +98,14 @@ def _fingerprint(store: RunStore, attempt: AttemptRecord) -> str:
 
 
 def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
-                      result: Any = _UNSET, operator: str, reason: str) -> dict[str, Any]:
-    """Resolve the open attempt at ``identity``: with ``result`` write it back, else abandon."""
+                      result: Any = _UNSET, operator: str, reason: str,
+                      artifacts: ArtifactStore | None = None,
+                      imports: Sequence[Imported] = ()) -> dict[str, Any]:
+    """Resolve the open attempt at ``identity``: with ``result`` write it back, else abandon.
+
+    Operator entry points (the CLI, the admin task) pass ``artifacts``: the result is then
+    checked against the capability's result shape and the artifact store, ``imports``
+    stored with it (``orchestrator.reconcile_input``), before anything is committed."""
     if not operator.strip() or not reason.strip():
         raise InputError("a reconcile decision needs --operator NAME and --reason TEXT "
                          "(both are recorded)")
@@ -107,6 +116,8 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
                                         operator=operator, reason=reason)
         decision = "abandoned"
     else:
+        if artifacts is not None:
+            check_write_back(attempt.capability, result, artifacts, imports)
         price = CATALOG[attempt.capability].unit_price if attempt.capability in CATALOG else 0
         slot = SlotRecord(run_id=run_id, identity=ident, capability=attempt.capability,
                           digest=attempt.digest, fingerprint=_fingerprint(store, attempt),

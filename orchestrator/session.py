@@ -174,7 +174,11 @@ class Session:
             channel.close()
             remove_rpc_dir(launched.job.rpc_dir)
         stop = self._stop
-        if outcome is None and stop is None:
+        if outcome is None and stop is None and getattr(launched.sandbox, "oom_killed", False):
+            # The engine's memory cgroup killed it: the script never saw a MemoryError.
+            stop = SandboxError(f"the script ran out of memory (limit {limits.memory_mb} MiB):"
+                                " the sandbox was killed at its memory limit")
+        elif outcome is None and stop is None:
             stop = SandboxError(f"the sandbox exited without a result (killed by a limit or "
                                 f"crashed); output tail: {output[-600:]!r}")
         return SessionResult(outcome, stop, self.calls, sorted(set(self.warnings)),

@@ -30,6 +30,11 @@ if ! pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1; then
   for _ in $(seq 50); do pg_isready -h 127.0.0.1 -p 5432 >/dev/null 2>&1 && break; sleep 0.2; done
 fi
 
+say "checking headless Chromium (the HTML run report is rendered in it)"
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq chromium chromium-driver
+fi
+
 say "starting the Docker engine (if needed)"
 bash sandbox/engine.sh
 

@@ -29,17 +29,30 @@ from broker.errors import AttemptInFlight, AttemptUnresolved, InputError, Safety
 from broker.identity import Identity
 from workers.app import ReviseTask, app
 from workers.lease import Verdict
-from workers.messages import CapabilityCall, InvalidMessage, parse_message
+from workers.messages import CapabilityCall, InvalidMessage, name_in, parse_message
+from workers.outcome import CallFailed, call_outcome
 from workers.routing import CAPABILITY_TASK
 
 _limits = app.queue_settings
 
 
 @app.task(name=CAPABILITY_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
-          time_limit=_limits.capability_time_limit)
+          throws=(CallFailed,), time_limit=_limits.capability_time_limit)
 def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: dict[str, Any],
                origin: Any = None) -> dict[str, Any]:
-    """``origin`` tags the asker (a sandbox job's delivery); the answer carries it."""
+    """``origin`` tags the asker (a sandbox job's delivery); the answer carries it.
+
+    A call that got no committed result (failed, denied, diverged, stopped) raises its
+    answer as ``CallFailed``: the task is FAILURE in Flower, the asker reads the answer."""
+    answer = _call(self, request_wire, envelope_wire, origin)
+    failed = call_outcome(answer, name_in(request_wire, "run_id", "run id"))
+    if failed is not None:
+        raise failed
+    return answer
+
+
+def _call(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: dict[str, Any],
+          origin: Any) -> dict[str, Any]:
     try:
         parse_message(CapabilityCall, {"request": request_wire, "envelope": envelope_wire,
                                        "origin": origin}, "capability call")

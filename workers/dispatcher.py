@@ -24,6 +24,7 @@ from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Verdict
 from workers.messages import DispatchJob, InvalidMessage, check_task_id, name_in, parse_message
+from workers.outcome import RunFailed, RunStopped, run_outcome
 from workers.routing import DISPATCH_TASK, SANDBOX_TASK
 
 _limits = app.queue_settings
@@ -34,8 +35,13 @@ def sandbox_task_id(job_id: str) -> str:
 
 
 @app.task(name=DISPATCH_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
-          time_limit=_limits.dispatch_time_limit)
+          throws=(RunFailed, RunStopped), time_limit=_limits.dispatch_time_limit)
 def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
+    """The job's answer; a refused candidate or a refused job raises it as FAILURE."""
+    return _settle(_dispatch(self, job))
+
+
+def _dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     job_id = self.request.id
     try:
         check_task_id(job_id, "dispatch job")
@@ -94,6 +100,20 @@ def _enqueue(ctx: WorkerContext, job_id: str, admitted: Admitted,
                       "revision": admitted.revision, "source": admitted.source.text,
                       "admission": admitted.admission.to_wire(),
                       "args_text": admitted.args_text, "envelope": envelope_wire}])
+
+
+def _settle(answer: dict[str, Any]) -> dict[str, Any]:
+    """Accepted and queued: SUCCESS (the sandbox task then follows the run). Refused by
+    the checker or the gate, or not admitted at all: FAILURE carrying the answer."""
+    if answer["accepted"]:
+        return answer
+    report = answer["report"] or {}
+    outcome = run_outcome({"run_id": answer["run_id"], "revision": answer["revision"],
+                           "status": report.get("status", "stopped"),
+                           "error": answer["error"] or report.get("error")}, carry=answer)
+    if outcome is None:
+        return answer
+    raise outcome
 
 
 def _answer(job_id: str, job: dict[str, Any], *, accepted: bool = False,

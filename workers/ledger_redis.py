@@ -89,8 +89,11 @@ class RedisLedger:
                 pass
 
     def _unavailable(self, action: str, exc: Exception) -> None:
-        message = (f"the Redis paid-payload ledger is unavailable while {action} ({exc}); "
-                   "check that Redis answers at REVISE_REDIS_URL")
+        pool = self._redis.connection_pool.connection_kwargs
+        at = f"Redis at {pool.get('host', 'localhost')}:{pool.get('port', 6379)} (db " \
+             f"{pool.get('db', 0)})"
+        message = (f"the paid-payload ledger ({at}) is unavailable while {action} ({exc}); "
+                   "check that Redis is running and answers at REVISE_REDIS_URL")
         if self._fail_closed:
             raise LedgerUnavailable(message + "; the call is not dispatched") from exc
         log.warning("%s; answering from the store because REVISE_LEDGER_FAIL_CLOSED=false",

@@ -28,6 +28,8 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.envelope import Envelope
 from broker.errors import AttemptInFlight, BrokerError
+from broker.outage import is_queue_outage, queue_unavailable
+from workers.outcome import answer_of
 from workers.routing import CAPABILITY_TASK, Routing
 
 
@@ -48,21 +50,37 @@ class RemoteExecutor:
 
     def execute(self, request: CallRequest) -> CallReport:
         started = time.perf_counter()
-        result = self.app.send_task(
-            CAPABILITY_TASK, args=[request.to_wire(), self._envelope_wire, self.delivery],
-            task_id=capability_task_id(self.job_id, request),
-            queue=self.routing.queue("capabilities"))
+        action = f"sending the call at {request.identity}"
         try:
+            result = self.app.send_task(
+                CAPABILITY_TASK, args=[request.to_wire(), self._envelope_wire, self.delivery],
+                task_id=capability_task_id(self.job_id, request),
+                queue=self.routing.queue("capabilities"))
+            action = f"waiting for the answer to the call at {request.identity}"
             answer: Any = result.get(timeout=self.wait_seconds, propagate=False,
                                      disable_sync_subtasks=False)
         except CeleryTimeout:
             return self._no_answer(request, f"no answer within {self.wait_seconds:.0f} s")
+        except Exception as exc:
+            if not is_queue_outage(exc):
+                raise
+            return self._outage(request, action, exc)
         finally:
             self.timings.append(time.perf_counter() - started)
         if result.failed():
+            carried = answer_of(answer)  # a failed, denied or stopped call (workers.outcome)
+            if carried is not None:
+                return CallReport.from_wire(carried)
             raise BrokerError(f"capability task for {request.identity} failed: {answer!r}",
                               identity=str(request.identity))
         return CallReport.from_wire(answer)
+
+    def _outage(self, request: CallRequest, action: str, exc: Exception) -> CallReport:
+        """Redis is down: the call may or may not have been queued; stop, fail closed."""
+        stop = queue_unavailable(str(self.app.conf.broker_url), action, exc,
+                                 identity=str(request.identity))
+        return CallReport(request.identity, request.capability, Outcome.STOPPED, stop=stop,
+                          error=stop.to_json())
 
     def _no_answer(self, request: CallRequest, why: str) -> CallReport:
         stop = AttemptInFlight(

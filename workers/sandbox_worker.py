@@ -41,6 +41,7 @@ from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Grant, Verdict
 from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
+from workers.outcome import RunFailed, RunStopped, run_outcome
 from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
 
@@ -50,20 +51,20 @@ _limits = app.queue_settings
 
 
 @app.task(name=SANDBOX_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
-          time_limit=_limits.sandbox_time_limit,
+          throws=(RunFailed, RunStopped), time_limit=_limits.sandbox_time_limit,
           soft_time_limit=max(1.0, _limits.sandbox_time_limit - 30))
 def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     try:
         parse_message(SandboxJob, job, "sandbox job")
     except InvalidMessage as exc:
         revision = job.get("revision") if isinstance(job, dict) else None
-        return {"run_id": name_in(job, "run_id", "run id"),
-                "revision": revision if type(revision) is int else None,
-                "status": "failed", "deliveries": 0, "error": exc.to_json()}
+        return _settle({"run_id": name_in(job, "run_id", "run id"),
+                        "revision": revision if type(revision) is int else None,
+                        "status": "failed", "deliveries": 0, "error": exc.to_json()})
     ctx = self.context
     grant = ctx.lease.begin(self.request.id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:
-        return grant.answer
+        return _settle(grant.answer)
     if grant.verdict is Verdict.DUPLICATE:
         log.info("job %s is running in %s; this delivery is a duplicate", self.request.id,
                  grant.holder)
@@ -72,9 +73,26 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         report = _give_up(ctx, job, grant)
     else:
         report = _run_held(ctx, job, grant)
-    answer = {"run_id": job["run_id"], "revision": job["revision"],
-              "status": str(report.status), "deliveries": grant.starts}
+    answer = run_summary(report) | {"deliveries": grant.starts}
     ctx.lease.finish(grant, answer)
+    return _settle(answer)
+
+
+def run_summary(report: RunReport) -> dict[str, Any]:
+    """The task's result: what Flower shows for the run (the full report is in the store)."""
+    cert = report.certificate
+    return {"run_id": report.run_id, "revision": report.revision,
+            "status": str(report.status), "result": report.result,
+            "error": None if report.error is None else report.error.model_dump(mode="json"),
+            "calls": report.calls.model_dump(mode="json"), "spend": report.spend,
+            "certificate": None if cert is None else cert.digest}
+
+
+def _settle(answer: dict[str, Any]) -> dict[str, Any]:
+    """Return a succeeded run's summary; raise (FAILURE in Flower) for any other run."""
+    outcome = run_outcome(answer)
+    if outcome is not None:
+        raise outcome
     return answer
 
 

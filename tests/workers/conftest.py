@@ -92,12 +92,15 @@ class Stack:
             env = {"REVISE_HOME": str(self.tmp_path / host), **(env or {})}
         return self._spawn(command, f"{role}{index}", env)
 
-    def procfile(self, flower_port: int) -> subprocess.Popen[bytes]:
+    def procfile(self, flower_port: int, **scale: int) -> subprocess.Popen[bytes]:
+        """``honcho start`` on the Procfile; ``scale`` = copies per role (``broker=3``)."""
         self.env["REVISE_FLOWER_PORT"] = str(flower_port)
-        self.names += [f"{role}@{HOST}" for role in ("dispatcher", "sandbox", "broker",
-                                                      "reconciler")]
+        self.names += [f"{role}.{n}@{HOST}" for role in ("dispatcher", "sandbox", "broker",
+                                                          "reconciler")
+                       for n in range(1, scale.get(role, 1) + 1)]
+        concurrency = [f"-c{','.join(f'{k}={v}' for k, v in scale.items())}"] if scale else []
         return self._spawn(["honcho", "start", "-f", str(ROOT / "Procfile"),
-                            "-d", str(ROOT)], "honcho")
+                            "-d", str(ROOT), *concurrency], "honcho")
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         deadline = time.monotonic() + timeout

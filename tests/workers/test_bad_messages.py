@@ -16,6 +16,7 @@ from broker.envelope import Envelope
 from broker.identity import Identity
 from orchestrator.client import JobHandle
 from workers.messages import InvalidMessage
+from workers.outcome import answer_of
 from workers.routing import CAPABILITY_TASK, DISPATCH_TASK, SANDBOX_TASK
 
 from .conftest import script
@@ -61,8 +62,11 @@ def test_malformed_messages_get_clear_errors_and_the_workers_keep_serving(
     # -- the dispatch queue ----------------------------------------------------------------
     for name, (job, expected) in MALFORMED_JOBS.items():
         sent = app.send_task(DISPATCH_TASK, args=[job], queue=routing.queue("dispatch"))
-        answer = sent.get(timeout=30)
-        assert sent.successful(), name
+        sent.get(timeout=30, propagate=False)
+        assert sent.failed(), name  # Flower shows a refused job as FAILURE ...
+        answer = answer_of(sent.result)  # ... that carries the answer
+        assert answer is not None, (name, sent.result)
+        assert "InvalidMessage" in repr(sent.result)
         workers.add(sent.worker)
         assert set(answer) == {"job_id", "run_id", "accepted", "revision", "report", "error"}
         assert answer["accepted"] is False and answer["revision"] is None, name
@@ -86,7 +90,9 @@ def test_malformed_messages_get_clear_errors_and_the_workers_keep_serving(
         "admission": {"text": "x", "sites": []},
         "args_text": "{}", "envelope": ENVELOPE | {"ledger_policy": "whatever"}}],
         queue=routing.queue("sandbox"))
-    answer = sent.get(timeout=30)
+    sent.get(timeout=30, propagate=False)
+    answer = answer_of(sent.result)
+    assert sent.failed() and answer is not None
     assert answer["status"] == "failed" and answer["error"]["type"] == "InvalidMessage"
     assert "source: the script is not valid UTF-8 text" in answer["error"]["message"]
     assert "envelope.ledger_policy: Input should be" in answer["error"]["message"]
@@ -95,7 +101,9 @@ def test_malformed_messages_get_clear_errors_and_the_workers_keep_serving(
                           {"prompt": "p", "size": "512x512"}, "digest", "fp").to_wire()
     sent = app.send_task(CAPABILITY_TASK, args=[request | {"run_id": "../x"}, None],
                          queue=routing.queue("capabilities"))
-    answer = sent.get(timeout=30)
+    sent.get(timeout=30, propagate=False)
+    answer = answer_of(sent.result)
+    assert sent.failed() and answer is not None
     assert (answer["outcome"], answer["attempted"]) == ("failed", False)
     assert answer["error"]["type"] == "InvalidMessage"
     assert "request.run_id: run id '../x' is not allowed" in answer["error"]["message"]

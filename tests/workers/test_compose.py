@@ -79,14 +79,15 @@ def test_services_images_and_queues(compose: dict) -> None:
     for name, svc in ours.items():
         assert svc["build"] == {"context": ".", "dockerfile": "workers/Dockerfile"}, name
         assert svc["image"] == "revise-worker:latest", name
-        assert svc["command"][:3] == ["celery", "-A", "workers.app"], name
+        launcher = ["python", "-m", "workers.flower"] if name == "flower" else [
+            "celery", "-A", "workers.app"]
+        assert svc["command"][:3] == launcher, name
     assert (ROOT / "workers" / "Dockerfile").is_file()
     for role, queue in ROLES.items():
         command = services[role]["command"]
         assert command[command.index("-Q") + 1] == queue
         assert command[command.index("-n") + 1] == f"{role}@%h"
     assert "-B" in services["reconciler"]["command"]
-    assert services["flower"]["command"][3] == "flower"
 
 
 def test_sandbox_socket_replicas_and_shared_home(compose: dict) -> None:
@@ -112,5 +113,19 @@ def test_procfile_has_the_same_roles() -> None:
     assert set(procs) == {*ROLES, "flower"}
     for role, queue in ROLES.items():
         assert f"-Q ${{REVISE_CELERY_QUEUE_PREFIX}}{queue} " in procs[role]
-        assert f"-n {role}@%h" in procs[role]
+        # honcho numbers scaled copies (broker.1, broker.2): distinct workers in Flower
+        assert f"-n ${{HONCHO_PROCESS_NAME:-{role}}}@%h" in procs[role]
     assert " -B " in procs["reconciler"]
+
+
+def test_workers_never_run_as_root(compose: dict) -> None:
+    services = compose["services"]
+    for name in (*ROLES, "flower"):
+        user = str(services[name].get("user", ""))
+        assert user and user.split(":")[0] not in ("root", "0"), (name, user)
+    assert services["sandbox"]["group_add"], "the Docker socket's group, not root"
+    dockerfile = (ROOT / "workers" / "Dockerfile").read_text().splitlines()
+    users = [line.split()[1] for line in dockerfile if line.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+    procfile = (ROOT / "Procfile").read_text()
+    assert "sudo -u revise" in procfile  # how to do the same on a host

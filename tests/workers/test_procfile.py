@@ -106,25 +106,80 @@ def test_every_core_scenario_via_revise_submit_matches_embedded(make_stack, tmp_
     assert len(stack.provider_log()) == len(settings.provider_log_path.read_text().splitlines())
 
 
-def test_flower_from_the_procfile_lists_our_workers_and_tasks(make_stack) -> None:
+def _flower_workers(base: str, expected: set[str], timeout: float = 40.0) -> dict:
+    """``/api/workers`` without ``?refresh=1``, polled until ``expected`` are listed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = _get(f"{base}/workers")
+        if expected <= set(workers) or time.monotonic() > deadline:
+            return workers
+        time.sleep(0.5)
+
+
+def _flower_tasks(base: str, ids: set[str], timeout: float = 30.0) -> dict:
+    """Flower's view of the tasks ``ids``, polled until every one of them is ready."""
+    deadline = time.monotonic() + timeout
+    while True:
+        tasks = _get(f"{base}/tasks?limit=500")
+        ready = {i for i, t in tasks.items() if t.get("state") in ("SUCCESS", "FAILURE")}
+        if ids <= ready or time.monotonic() > deadline:
+            return tasks
+        time.sleep(0.5)
+
+
+def test_flower_lists_every_scaled_worker_without_a_refresh(make_stack) -> None:
+    from .conftest import HOST
+
     port = free_port()
     stack = make_stack()
-    stack.procfile(port)
+    stack.procfile(port, broker=3)
     stack.wait_ready()
     stack.client.submit((SCRIPTS / "e3_v2.py").read_text(), {}, None, "run-fl").wait(60)
 
     base = f"http://127.0.0.1:{port}/api"
-    workers = _get(f"{base}/workers?refresh=1")
-    for role in ("dispatcher", "sandbox", "broker", "reconciler"):
-        assert any(name.startswith(f"{role}@") for name in workers), (role, list(workers))
+    expected = {f"{role}.1@{HOST}" for role in ("dispatcher", "sandbox", "reconciler")} | {
+        f"broker.{n}@{HOST}" for n in (1, 2, 3)}
+    workers = _flower_workers(base, expected)  # stock Flower: {} until ?refresh=1
+    assert expected <= set(workers), sorted(workers)
+    assert sum(name.startswith("broker.") for name in workers) == 3
     registered = {task for info in workers.values() for task in info.get("registered", [])}
     assert {"revise.dispatch", "revise.sandbox", "revise.capability"} <= registered
-
-    deadline = time.monotonic() + 20
-    names: set[str] = set()
-    while time.monotonic() < deadline:
-        names = {t.get("name") for t in _get(f"{base}/tasks?limit=100").values()}
-        if {"revise.dispatch", "revise.sandbox", "revise.capability"} <= names:
-            break
-        time.sleep(0.5)
+    names = {t.get("name") for t in _flower_tasks(base, set()).values()}
     assert {"revise.dispatch", "revise.sandbox", "revise.capability"} <= names
+
+
+def test_flower_task_states_follow_the_runs(make_stack) -> None:
+    port = free_port()
+    stack = make_stack()
+    stack.procfile(port)
+    stack.wait_ready()
+    args = {"shots": ["a", "b", "c", "d"]}
+    jobs = {}
+    for name in ("fanout_v1", "fanout_edited", "fanout_repaired"):
+        handle = stack.client.submit((SCRIPTS / f"{name}.py").read_text(), args, None,
+                                     "run-truth")
+        jobs[name] = (handle.job_id, handle.wait(60))
+    assert [jobs[n][1]["status"] for n in jobs] == ["failed", "stopped", "succeeded"]
+
+    base = f"http://127.0.0.1:{port}/api"
+    failed_id, edited_id, repaired_id = (jobs[n][0] for n in jobs)
+    want = {failed_id, f"{failed_id}/sandbox", edited_id, repaired_id,
+            f"{repaired_id}/sandbox"}
+    tasks = _flower_tasks(base, want)
+    state = {i: tasks[i]["state"] for i in want if i in tasks}
+    # accepted and queued: the dispatch task succeeded; the sandbox task is the run
+    assert state[failed_id] == "SUCCESS"
+    assert state[f"{failed_id}/sandbox"] == "FAILURE"
+    failure = tasks[f"{failed_id}/sandbox"]["exception"]
+    assert "RunFailed" in failure and "CapabilityError" in failure
+    assert "orchestrate." in failure or "@" in failure  # the identity of the failed call
+    # refused by the gate: never reached a sandbox, the dispatch task is the run
+    assert state[edited_id] == "FAILURE"
+    assert "RunStopped" in tasks[edited_id]["exception"]
+    assert "GateRejected" in tasks[edited_id]["exception"]
+    assert state[f"{repaired_id}/sandbox"] == "SUCCESS"
+    assert "'succeeded'" in tasks[f"{repaired_id}/sandbox"]["result"]
+    # the capability task of the rejected call (999x999) is a FAILURE too
+    calls = [t for i, t in tasks.items() if i.startswith(f"{failed_id}/call/")]
+    assert sorted(t["state"] for t in calls) == ["FAILURE", "SUCCESS", "SUCCESS", "SUCCESS"]
+    assert any("CallFailed" in (t.get("exception") or "") for t in calls)
