@@ -80,9 +80,15 @@ def owner_alive(owner: str) -> bool | None:
     """True/False when ``owner`` is of this process table; None for any other (unknown
     host or namespace, a malformed or older token): the caller then waits for the lease."""
     parts = owner.split(":")
-    if len(parts) not in (6, 7) or parts[0] != VERSION:
+    pid = pid_of(owner)
+    if pid is None or parts[2] != local_domain():
         return None
-    _, _host, domain, _boot, pid, start = parts[:6]
-    if domain != local_domain() or not pid.isdigit():
+    return _start_ticks(pid) == parts[5]
+
+
+def pid_of(owner: str) -> int | None:
+    """The pid in a well-formed token (meaningful only in the token's own domain)."""
+    parts = owner.split(":")
+    if len(parts) not in (6, 7) or parts[0] != VERSION or not parts[4].isdigit():
         return None
-    return _start_ticks(int(pid)) == start
+    return int(parts[4])

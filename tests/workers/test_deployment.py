@@ -13,6 +13,7 @@ from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import CATALOG
 from broker.envelope import Envelope
 from broker.identity import Identity, call_digest
+from broker.owner import pid_of
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.runner import ProcessRunner
@@ -111,7 +112,9 @@ def test_sandbox_worker_killed_mid_job_replays_and_never_pays_twice(make_stack) 
     wait_for(lambda: stack.store.list_slots("run-kill"), 30, "the first committed call")
     job = f"{handle.job_id}/sandbox"
     holder = wait_for(lambda: stack.context.lease.holder(job), 5, "the job lease")
-    os.kill(int(holder.split(":")[1]), signal.SIGKILL)  # the pool process running the job
+    pid = pid_of(holder)
+    assert pid is not None, holder
+    os.kill(pid, signal.SIGKILL)  # the pool process running the job
 
     report = handle.wait(60)
     assert report["status"] == "succeeded"
