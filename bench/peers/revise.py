@@ -126,7 +126,6 @@ class ReviseCelery:
 
         self.stack = Stack(home, database_url, redis_url)
         self.stack.env.update({"REVISE_SANDBOX": "process", "REVISE_SANDBOX_WARM": "2"})
-        self.stack.env.pop("REVISE_SANDBOX_IMAGE", None)
         try:
             self.stack.worker("dispatch", concurrency=4)
             self.stack.worker("sandbox", pool="prefork", concurrency=4)
