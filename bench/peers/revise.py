@@ -188,4 +188,7 @@ class ReviseCelery:
 
 
 def redis_url() -> str:
-    return os.environ.get("REVISE_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
+    """``REVISE_BENCH_REDIS_URL``, else the Redis db of this checkout's tests (the test
+    fixtures flush their db, so a bench must not share another checkout's)."""
+    db = os.environ.get("REVISE_TEST_REDIS_DB", "13")
+    return os.environ.get("REVISE_BENCH_REDIS_URL", f"redis://127.0.0.1:6379/{db}")
