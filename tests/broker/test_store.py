@@ -238,6 +238,27 @@ def test_budget_holds_across_concurrent_deciders(store):
     assert len(store.list_attempts(RUN)) == 3
 
 
+def test_cost_budget_holds_across_concurrent_deciders(store):
+    """The broker's own budget check (``max_cost``) under the same lock: 10 parallel image
+    calls on a budget of three images claim exactly three."""
+    from broker.catalog import lookup
+    from broker.dispatch import budget_check
+    from broker.envelope import Budget
+
+    store.ensure_run(RUN)
+    price = lookup("image.generate").unit_price
+    check = budget_check(Budget(max_cost=round(3.5 * price, 6)))
+
+    def decide(i: int):
+        return store.begin_call(RUN, Identity("orchestrate/#0", (i,), 0), "image.generate",
+                                f"d{i}", 1, "w1", None, check_ledger=True, budget=check,
+                                price_of=lambda name: lookup(name).unit_price)
+
+    begins = run_parallel(10, decide)
+    assert sum(b.claimed for b in begins) == 3
+    assert all("max_cost" in b.over_budget for b in begins if not b.claimed)
+
+
 def test_failed_attempt_can_be_claimed_again(store):
     first = claim(store).attempt
     blocked = claim(store, owner="w2")
