@@ -22,21 +22,20 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import redis
 from sqlalchemy import create_engine, text
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from broker.dispatch import CallReport, CallRequest  # noqa: E402
+from broker.calls import CallReport, CallRequest, Outcome  # noqa: E402
+from broker.catalog import CATALOG  # noqa: E402
 from broker.envelope import Envelope  # noqa: E402
-from broker.identity import Identity  # noqa: E402
+from broker.identity import Identity, call_digest  # noqa: E402
 from broker.settings import Settings  # noqa: E402
 from orchestrator.embedded import open_services  # noqa: E402
 from workers.app import make_app  # noqa: E402
 from workers.config import WorkerSettings  # noqa: E402
 from workers.context import WorkerContext  # noqa: E402
-from workers.ledger_redis import RedisLedger  # noqa: E402
 from workers.routing import CAPABILITY_TASK  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -45,8 +44,17 @@ ENVELOPE = Envelope().model_dump(mode="json")
 
 
 def _request(run_id: str, n: int) -> CallRequest:
-    return CallRequest(run_id, 1, Identity("orchestrate/for0/#0", (), n), "text.generate",
-                       {"prompt": f"bench call {n}"}, "fp")
+    payload = CATALOG["text.generate"].normalize({"prompt": f"bench call {n}"})
+    return CallRequest(run_id, 1, Identity("orchestrate/#0", (), n), "text.generate",
+                       payload, call_digest(payload), "fp")
+
+
+def _served(report: CallReport) -> CallReport:
+    """A call the bench timed must have been executed or replayed, never refused."""
+    if report.outcome not in (Outcome.EXECUTED, Outcome.REPLAYED):
+        raise RuntimeError(f"bench call {report.identity} ended {report.outcome}: "
+                           f"{report.error}")
+    return report
 
 
 def _timed(fn: Callable[[int], object], count: int) -> list[float]:
@@ -118,8 +126,8 @@ def main() -> None:
         broker = embedded.broker(Envelope())
         embedded.store.ensure_run("emb")
         embedded.store.add_revision("emb", "# bench", "d")
-        emb_new = _timed(lambda n: broker.dispatch(_request("emb", n)), opts.calls)
-        emb_hit = _timed(lambda n: broker.dispatch(_request("emb", n)), opts.calls)
+        emb_new = _timed(lambda n: _served(broker.execute(_request("emb", n))), opts.calls)
+        emb_hit = _timed(lambda n: _served(broker.execute(_request("emb", n))), opts.calls)
         embedded.close()
 
         # -- in-process against the deployment's stores (PostgreSQL + Redis ledger)
@@ -127,10 +135,12 @@ def main() -> None:
         ctx.store.ensure_run("direct")
         ctx.store.add_revision("direct", "# bench", "d")
         direct = ctx.broker(Envelope())
-        pg_new = _timed(lambda n: direct.dispatch(_request("direct", n)), opts.calls)
-        pg_hit = _timed(lambda n: direct.dispatch(_request("direct", n)), opts.calls)
-        ledger = RedisLedger(redis.Redis.from_url(REDIS_URL))
-        led = _timed(lambda n: ledger.seen("direct", "s", (), "d", 2), opts.calls)
+        pg_new = _timed(lambda n: _served(direct.execute(_request("direct", n))), opts.calls)
+        pg_hit = _timed(lambda n: _served(direct.execute(_request("direct", n))), opts.calls)
+        ledger = ctx.ledger
+        assert ledger is not None, "the bench runs the deployment with the Redis ledger"
+        led = _timed(lambda n: ledger.paid("direct", "text.generate",
+                                           _request("direct", n).digest, 2), opts.calls)
         slot = _timed(lambda n: ctx.store.get_slot("direct", _request("direct", n).identity),
                       opts.calls)
 
@@ -143,7 +153,7 @@ def main() -> None:
         def remote(n: int, run_id: str = "celery") -> CallReport:
             result = app.send_task(CAPABILITY_TASK, args=[_request(run_id, n).to_wire(),
                                                           ENVELOPE], queue=cap_queue)
-            return CallReport.from_wire(result.get(timeout=60))
+            return _served(CallReport.from_wire(result.get(timeout=60)))
 
         cel_new = _timed(remote, opts.calls)
         cel_hit = _timed(remote, opts.calls)

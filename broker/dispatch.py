@@ -4,7 +4,8 @@ The host decided the call is new work (``broker.prefix``); the broker makes
 sure, then spends:
 
     authorize (grants, schema) → begin (ONE transaction: committed already?
-    paid elsewhere? an open attempt in the way? budget? claim the attempt)
+    paid elsewhere? an open attempt in the way? budget? claim the attempt, store
+    the payload blob)
     → provider → commit (ONE transaction: slot + attempt settled)
 
 Each step fails closed. The embedded revision and the Celery capability worker
@@ -37,7 +38,7 @@ from broker.errors import (
     StoreUnavailable,
 )
 from broker.grants import authorize
-from broker.identity import call_digest
+from broker.identity import call_bytes, call_digest
 from broker.ledger import Ledger
 from broker.owner import current_owner, owner_alive
 from broker.providers import CallContext, Provider, idempotency_key
@@ -147,7 +148,8 @@ class Broker:
             begin = self.store.begin_call(
                 request.run_id, request.identity, capability.name, request.digest,
                 request.revision, self.owner, key, check_ledger=not request.allow_repeat,
-                budget=budget_check(self.envelope.budget), price_of=_price)
+                budget=budget_check(self.envelope.budget), price_of=_price,
+                payload=call_bytes(request.payload, request.take))
             if begin.slot is not None or begin.claimed:
                 return begin
             if begin.repeat is not None:

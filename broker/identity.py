@@ -88,6 +88,12 @@ def payload_digest(payload: Any) -> str:
     return sha256_hex(canonical_json(payload))
 
 
+def call_bytes(normalized_payload: Any, take: int = 1) -> bytes:
+    """The bytes whose sha256 is ``call_digest`` (stored as the run's payload blob)."""
+    value = normalized_payload if take == 1 else {"payload": normalized_payload, "take": take}
+    return canonical_json(value).encode("utf-8")
+
+
 def call_digest(normalized_payload: Any, take: int = 1) -> str:
     """The digest of one call: its normalized payload, and which take of it this is.
 
@@ -95,6 +101,4 @@ def call_digest(normalized_payload: Any, take: int = 1) -> str:
     see ``broker.catalog``), so spelling a default out does not change the digest.
     ``take`` > 1 declares a deliberate further take of a payload already paid for.
     """
-    if take == 1:
-        return payload_digest(normalized_payload)
-    return payload_digest({"payload": normalized_payload, "take": take})
+    return sha256_hex(call_bytes(normalized_payload, take))

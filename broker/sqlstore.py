@@ -167,10 +167,13 @@ BudgetCheck = Callable[[str, int, float], "str | None"]
 def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
                    digest: str, revision: int, owner: str, idempotency_key: str | None, *,
                    check_ledger: bool, budget: BudgetCheck | None,
-                   price_of: Callable[[str], float]) -> Begin:
+                   price_of: Callable[[str], float], payload: bytes | None = None) -> Begin:
     """Decide and record a call in one transaction: committed already? paid at another
     identity by another revision (earlier, or a concurrent one that committed first)?
     an open attempt in the way? within budget? else claim the next attempt.
+
+    ``payload`` (the bytes whose sha256 is ``digest``) is stored as the run's payload
+    blob in the same transaction, so the repair prompt can show what reached the call.
 
     The run's row is locked first (PostgreSQL; SQLite writers hold the database lock),
     so concurrent broker workers of one run decide one after the other and can never
@@ -178,6 +181,8 @@ def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability
     """
     if conn.dialect.name == "postgresql":
         conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
+    if payload is not None:
+        put_blob_txn(conn, run_id, "payload", payload)
     row = conn.execute(select(slots).where(_at(slots, run_id, identity))).first()
     if row is not None:
         return Begin(slot=slot_record(row))
@@ -187,8 +192,7 @@ def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability
             slots.c.digest == digest, slots.c.revision != revision).limit(1)).first()
         if paid is not None:
             return Begin(repeat=slot_record(paid))
-    latest = conn.execute(select(attempts).where(_at(attempts, run_id, identity))
-                          .order_by(attempts.c.number.desc()).limit(1)).first()
+    latest = _latest_attempt(conn, run_id, identity)
     if latest is not None and latest.status in _NOT_CLAIMABLE:
         return Begin(attempt=attempt_record(latest))
     if budget is not None:
@@ -199,21 +203,34 @@ def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability
         refusal = budget(capability, calls, cost)
         if refusal is not None:
             return Begin(over_budget=refusal)
-    claim = claim_attempt_txn(conn, run_id, identity, capability, digest, revision, owner,
-                              idempotency_key)
-    return Begin(attempt=claim.attempt, claimed=claim.claimed)
+    attempt = _insert_attempt_txn(conn, run_id, identity, capability, digest, revision, owner,
+                                  idempotency_key, latest)
+    return Begin(attempt=attempt, claimed=True)
+
+
+def _latest_attempt(conn: Connection, run_id: str, identity: Identity) -> Any:
+    return conn.execute(select(attempts).where(_at(attempts, run_id, identity))
+                        .order_by(attempts.c.number.desc()).limit(1)).first()
 
 
 def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
                       digest: str, revision: int, owner: str,
                       idempotency_key: str | None) -> Claim:
     """Return the open attempt in the way, or insert the next one (unique key decides races)."""
-    latest = conn.execute(select(attempts).where(_at(attempts, run_id, identity))
-                          .order_by(attempts.c.number.desc()).limit(1)).first()
+    latest = _latest_attempt(conn, run_id, identity)
     # Open (someone may be calling the provider) or committed (a duplicate that lost the
     # race must replay): either way this caller does not dispatch.
     if latest is not None and latest.status in _NOT_CLAIMABLE:
         return Claim(attempt=attempt_record(latest), claimed=False)
+    return Claim(attempt=_insert_attempt_txn(conn, run_id, identity, capability, digest,
+                                             revision, owner, idempotency_key, latest),
+                 claimed=True)
+
+
+def _insert_attempt_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
+                        digest: str, revision: int, owner: str, idempotency_key: str | None,
+                        latest: Any) -> AttemptRecord:
+    """Insert the attempt after ``latest`` (the claimable one before it, or None)."""
     now = models.utcnow()
     row = conn.execute(
         insert(attempts).values(
@@ -224,7 +241,7 @@ def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capabil
             error=None, created_at=now, heartbeat_at=now,
         ).returning(*attempts.c)
     ).one()
-    return Claim(attempt=attempt_record(row), claimed=True)
+    return attempt_record(row)
 
 
 def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus, operator: str,
@@ -432,10 +449,11 @@ class SqlStore:
     def begin_call(self, run_id: str, identity: Identity, capability: str, digest: str,
                    revision: int, owner: str, idempotency_key: str | None, *,
                    check_ledger: bool, budget: BudgetCheck | None,
-                   price_of: Callable[[str], float]) -> Begin:
+                   price_of: Callable[[str], float], payload: bytes | None = None) -> Begin:
         return self._run("deciding a call", lambda c: begin_call_txn(
             c, run_id, identity, capability, digest, revision, owner, idempotency_key,
-            check_ledger=check_ledger, budget=budget, price_of=price_of), race_retries=10)
+            check_ledger=check_ledger, budget=budget, price_of=price_of, payload=payload),
+            race_retries=10)
 
     def paid_identities(self, run_id: str, capability: str, digest: str,
                         other_than: int) -> list[Identity]:

@@ -7,10 +7,9 @@ repair``) reuses the latest stored inputs unless new ones are given, and says
 so; new ones that differ from the stored ones are announced too, never
 silently swapped.
 
-``PayloadRecorder`` wraps the executor of a revision: the normalized payload of
-every call that leaves the host for the broker is stored under its call digest
-before dispatch, so the repair prompt can show the data that reached each
-committed (or failed) call.
+The normalized payload of every call that reaches the broker is stored under its
+call digest in the broker's claim transaction (``RunStore.begin_call``), so the
+repair prompt can show the data that reached each committed (or failed) call.
 """
 
 from __future__ import annotations
@@ -21,10 +20,9 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from broker.calls import CallReport, CallRequest
 from broker.envelope import Envelope
 from broker.errors import InputError, StoreError
-from broker.identity import canonical_json, sha256_hex
+from broker.identity import call_bytes, canonical_json, sha256_hex
 from broker.records import RevisionRecord
 from broker.store import RunStore
 
@@ -49,8 +47,7 @@ def envelope_bytes(envelope: Envelope) -> bytes:
 
 def payload_bytes(payload: Any, take: int = 1) -> bytes:
     """The bytes whose sha256 is the call digest (``broker.identity.call_digest``)."""
-    value = payload if take == 1 else {"payload": payload, "take": take}
-    return canonical_json(value).encode("utf-8")
+    return call_bytes(payload, take)
 
 
 def short(digest: str | None) -> str:
@@ -179,24 +176,3 @@ def load_blob(store: RunStore, run_id: str, digest: str | None) -> Any:
         return None
     data = store.get_blobs(run_id, [digest]).get(digest)
     return None if data is None else json.loads(data)
-
-
-# ---- payloads that reach the broker ----------------------------------------------------------
-
-
-class PayloadRecorder:
-    """An executor that stores each call's payload by its digest, then delegates.
-
-    Written before dispatch, like the attempt record: a store that cannot take the
-    write fails the call closed (the session reports it) before anything is spent.
-    """
-
-    def __init__(self, store: RunStore, executor: Any) -> None:
-        self.store = store
-        self.executor = executor
-
-    def execute(self, request: CallRequest) -> CallReport:
-        self.store.put_blob(request.run_id, "payload",
-                            payload_bytes(request.payload, request.take))
-        report: CallReport = self.executor.execute(request)
-        return report

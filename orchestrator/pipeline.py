@@ -28,7 +28,7 @@ from broker.settings import OrphanPolicy, Settings
 from broker.store import RunStore
 from orchestrator.admission import Admission, Refusal, admit
 from orchestrator.certificate import build_certificate, verify
-from orchestrator.inputs import PayloadRecorder, envelope_bytes
+from orchestrator.inputs import envelope_bytes
 from orchestrator.report import (
     CallCounts,
     CertificateReport,
@@ -155,7 +155,7 @@ class Pipeline:
             run_id=run_id, revision=revision, admission=admission, prefix=Prefix(slots),
             args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
             store=self.store, runner=self.runner,
-            executor=PayloadRecorder(self.store, self.executor_for(envelope)),
+            executor=self.executor_for(envelope),
             rpc_dir=_rpc_dir(run_id, revision, delivery))
         self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
                              revision=revision)

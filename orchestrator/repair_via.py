@@ -29,7 +29,7 @@ class RepairTarget:
         self._client: Any = None
         self._services: Any = None
         if self.via is RepairVia.QUEUE:
-            from orchestrator.client import Client
+            from workers.client import Client
 
             self._client = Client(settings)
         else:

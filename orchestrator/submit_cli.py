@@ -47,8 +47,8 @@ def register(app: typer.Typer) -> None:
         On an existing run, the args and envelope stored with its latest revision are
         reused unless --args / --envelope are given (a note on stderr says which).
         """
-        from orchestrator.client import Client
         from orchestrator.inputs import MISSING, resolve_inputs
+        from workers.client import Client
 
         source = read_script(script)
         given_args = read_json(args) if args is not None else MISSING

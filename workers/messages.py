@@ -98,7 +98,7 @@ class _Message(BaseModel):
 
 
 class DispatchJob(_Message):
-    """``revise.dispatch``: one submitted run (``orchestrator.client.Client.submit``)."""
+    """``revise.dispatch``: one submitted run (``workers.client.Client.submit``)."""
 
     job_id: JobId | None = None
     run_id: RunId

@@ -17,7 +17,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, make_url
 
 from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
-from broker.identity import Identity
+from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import Base
 from broker.records import AttemptStatus, RunStatus, SlotRecord
@@ -205,6 +205,58 @@ def test_claim_is_durable_before_it_returns(store, store_url):
         assert second.list_attempts(RUN) == [won.attempt]
     finally:
         second.close()
+
+
+def begin(store: SqlStore, identity: Identity, *, budget=None, payload: bytes | None = None):
+    return store.begin_call(RUN, identity, "llm.text", "d1", 1, "w1", None, check_ledger=True,
+                            budget=budget, price_of=lambda _: 0.5, payload=payload)
+
+
+def test_begin_call_stores_the_payload_in_the_claim_transaction(store):
+    store.ensure_run(RUN)
+    data = b'{"prompt":"x"}'
+    first = begin(store, IDENT, payload=data)
+    assert first.claimed and store.get_blobs(RUN, [sha256_hex(data)]) == {sha256_hex(data): data}
+    again = begin(store, IDENT, payload=data)  # the open attempt is in the way: no claim
+    assert not again.claimed and again.attempt.id == first.attempt.id
+    assert len(store.list_attempts(RUN)) == 1
+
+
+def test_budget_holds_across_concurrent_deciders(store):
+    """Every decider counts the run's attempts under the run's lock: 12 parallel calls on
+    a budget of 3 claim exactly 3 (without the lock PostgreSQL lets them overspend)."""
+    store.ensure_run(RUN)
+
+    def refusal(capability: str, calls: int, spent: float) -> str | None:
+        time.sleep(0.02)  # widen the window between the count and the claim
+        return "over" if calls + 1 > 3 else None
+
+    begins = run_parallel(12, lambda i: begin(store, Identity("orchestrate/#0", (i,), 0),
+                                              budget=refusal))
+    assert sum(b.claimed for b in begins) == 3
+    assert sum(b.over_budget is not None for b in begins) == 9
+    assert len(store.list_attempts(RUN)) == 3
+
+
+def test_cost_budget_holds_across_concurrent_deciders(store):
+    """The broker's own budget check (``max_cost``) under the same lock: 10 parallel image
+    calls on a budget of three images claim exactly three."""
+    from broker.catalog import lookup
+    from broker.dispatch import budget_check
+    from broker.envelope import Budget
+
+    store.ensure_run(RUN)
+    price = lookup("image.generate").unit_price
+    check = budget_check(Budget(max_cost=round(3.5 * price, 6)))
+
+    def decide(i: int):
+        return store.begin_call(RUN, Identity("orchestrate/#0", (i,), 0), "image.generate",
+                                f"d{i}", 1, "w1", None, check_ledger=True, budget=check,
+                                price_of=lambda name: lookup(name).unit_price)
+
+    begins = run_parallel(10, decide)
+    assert sum(b.claimed for b in begins) == 3
+    assert all("max_cost" in b.over_budget for b in begins if not b.claimed)
 
 
 def test_failed_attempt_can_be_claimed_again(store):

@@ -21,7 +21,7 @@ SCRIPT = 'async def orchestrate(ctx, args):\n    return 1\n'
 
 
 class RecordingClient:
-    """Stands in for ``orchestrator.client.Client``: a real store, no Celery."""
+    """Stands in for ``workers.client.Client``: a real store, no Celery."""
 
     submitted: list[tuple[Any, Envelope, str]] = []
 
@@ -38,10 +38,10 @@ class RecordingClient:
 
 @pytest.fixture
 def client(monkeypatch: pytest.MonkeyPatch) -> type[RecordingClient]:
-    import orchestrator.client
+    import workers.client
 
     RecordingClient.submitted = []
-    monkeypatch.setattr(orchestrator.client, "Client", RecordingClient)
+    monkeypatch.setattr(workers.client, "Client", RecordingClient)
     return RecordingClient
 
 

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from broker.settings import Settings
-from orchestrator.client import Client
 from sandbox.runner import kill_processes_mentioning
+from workers.client import Client
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
 

@@ -14,7 +14,7 @@ import pytest
 from broker.calls import CallRequest
 from broker.envelope import Envelope
 from broker.identity import Identity
-from orchestrator.client import JobHandle
+from workers.client import JobHandle
 from workers.messages import InvalidMessage
 from workers.outcome import answer_of
 from workers.routing import CAPABILITY_TASK, DISPATCH_TASK, SANDBOX_TASK

@@ -11,7 +11,7 @@ import pytest
 
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import CATALOG
-from broker.envelope import Envelope
+from broker.envelope import Budget, Envelope
 from broker.identity import Identity, call_digest
 from broker.owner import pid_of
 from broker.settings import SandboxKind, Settings
@@ -144,3 +144,25 @@ def test_job_longer_than_the_visibility_timeout_runs_once(make_stack) -> None:
     assert stack.context.lease.starts(job) == 1
     assert stack.context.lease.duplicates(job) >= 1  # Redis did deliver it again
     assert len(stack.events("run-slow", "sandbox_start")) == 1
+
+
+def test_two_broker_workers_never_spend_past_the_budget(make_stack) -> None:
+    """16 branches, 16 calls in flight at once over two broker worker processes, a budget of
+    5: the budget check and the attempt claim are one transaction under the run's row
+    lock, so no two workers both see the fifth call as the last one allowed."""
+    stack = make_stack(local_latency=0.3)
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=1)
+    stack.worker("capabilities", concurrency=8, index=0)
+    stack.worker("capabilities", concurrency=8, index=1)
+    stack.wait_ready()
+
+    envelope = Envelope(budget=Budget(max_calls=5), concurrency=16)
+    prompts = {"prompts": [f"shot {i}" for i in range(16)]}
+    report = stack.client.submit(script("budget_wide"), prompts, envelope,
+                                 "run-budget").wait(90)
+    assert report["status"] == "stopped"
+    assert report["error"]["type"] == "BudgetExceeded"
+    assert len(stack.store.list_attempts("run-budget")) == 5
+    assert len(stack.provider_log()) == 5
+    assert report["calls"]["executed"] == 5

@@ -12,7 +12,7 @@ import redis
 from broker.envelope import Envelope
 from broker.errors import InputError
 from broker.settings import Settings
-from orchestrator.client import Client
+from workers.client import Client
 from workers.config import WorkerSettings
 from workers.messages import InvalidMessage
 
