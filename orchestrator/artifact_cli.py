@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from broker.errors import InputError
-from broker.settings import Settings
 from orchestrator.cli_common import JsonFlag, emit, guard
+
+if TYPE_CHECKING:
+    from broker.settings import Settings
 
 artifact_app = typer.Typer(help="Artifacts (images and other bytes calls produced).",
                            no_args_is_help=True)
@@ -66,6 +68,8 @@ def get_cmd(
     as_json: JsonFlag = False,
 ) -> None:
     """Write artifact ID's bytes to FILE (from the store the settings name)."""
+    from broker.settings import Settings
+
     data = fetch_to(Settings(), artifact, out)
     emit(as_json, data, lambda c: c.print(
         f"wrote {data['bytes']} bytes of {data['artifact']} to {data['out']} "

@@ -9,15 +9,12 @@ from typing import Annotated, Any
 
 import typer
 
-from broker.envelope import load_envelope
 from broker.errors import InputError
 from broker.identity import Identity
 from broker.records import AttemptStatus
-from broker.settings import Settings
 from orchestrator import render
 from orchestrator.artifact_cli import register as register_artifact
 from orchestrator.certificate import verify
-from orchestrator.checker import check
 from orchestrator.cli_common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -45,16 +42,28 @@ app.add_typer(sandbox_app, name="sandbox")
 db_app = typer.Typer(help="The run store's database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
+# pydantic (settings, envelopes) and the checker load inside the commands that use them:
+# `revise --help` imports this module and should answer at once.
+
+
+def _settings() -> Any:
+    from broker.settings import Settings
+
+    return Settings()
+
+
 def _services():
     from orchestrator.embedded import open_services
 
-    return open_services(Settings())
+    return open_services(_settings())
 
 
 @app.command("check")
 @guard
 def check_cmd(script: Path, as_json: JsonFlag = False) -> None:
     """Run the static checker (R00-R12) on SCRIPT; exit 0 when valid."""
+    from orchestrator.checker import check
+
     report = check(decode_source(read_script(script)).text)
     emit(as_json, report.to_json(), lambda c: render.check_report(c, report))
     raise typer.Exit(EXIT_OK if report.valid else EXIT_FAILED)
@@ -110,6 +119,7 @@ def run_cmd(
     unless --args / --envelope are given (a note on stderr says which, and when new ones
     differ from the stored ones).
     """
+    from broker.envelope import load_envelope
     from orchestrator.inputs import MISSING, resolve_inputs
 
     source = read_script(script)
@@ -314,7 +324,7 @@ def sandbox_build_cmd(as_json: JsonFlag = False) -> None:
     def progress(line: str) -> None:  # build output is not markup
         err.print(line, markup=False, highlight=False)
 
-    info = ensure_image(Settings(), progress=None if as_json else progress)
+    info = ensure_image(_settings(), progress=None if as_json else progress)
     emit(as_json, {"tag": info.tag, "image_id": info.image_id},
           lambda c: c.print(f"sandbox image {info.tag} = {info.image_id}"))
 
@@ -326,7 +336,7 @@ def db_upgrade_cmd(as_json: JsonFlag = False) -> None:
     migrate it to the current schema. Safe to run again, and from several hosts."""
     from broker.database import prepare_database
 
-    prepared = prepare_database(Settings().resolved_database_url)
+    prepared = prepare_database(_settings().resolved_database_url)
     emit(as_json, prepared.to_json(), lambda c: c.print(
         f"{'created' if prepared.created else 'found'} {prepared.database}; schema at "
         f"{prepared.revision}"))

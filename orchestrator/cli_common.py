@@ -19,7 +19,6 @@ from rich.console import Console
 from broker.errors import ConfigError, InputError, ReviseError
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
-from broker.settings import Settings
 from orchestrator import render
 
 EXIT_OK = 0
@@ -72,6 +71,8 @@ def guard(fn: Callable[..., None]) -> Callable[..., None]:
             except Exception as exc:  # Redis down under Celery: name it, no traceback
                 if not is_queue_outage(exc):
                     raise
+                from broker.settings import Settings
+
                 raise queue_unavailable(Settings().resolved_broker_url, "talking to the "
                                         "queue", exc) from None
         except ReviseError as exc:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape as _escape
 from rich.table import Table
 
-from broker.records import AttemptRecord, RunRecord
-from orchestrator.checker import CheckReport
-from orchestrator.gate import GateResult
-from orchestrator.sites import Site
+if TYPE_CHECKING:  # the CLI imports this module for --help: keep it light
+    from broker.records import AttemptRecord, RunRecord
+    from orchestrator.checker import CheckReport
+    from orchestrator.gate import GateResult
+    from orchestrator.sites import Site
 
 _STATUS_STYLE = {"succeeded": "green", "failed": "red", "stopped": "yellow",
                  "blocked": "magenta", "running": "cyan"}

@@ -7,15 +7,12 @@ import ``orchestrator.cli``, which registers it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
-from rich.syntax import Syntax
 
-from broker.envelope import Envelope, load_envelope
 from broker.errors import InputError
-from broker.settings import Settings
 from orchestrator import render
 from orchestrator.cli_common import (
     EXIT_CANDIDATE_FAILED,
@@ -32,7 +29,9 @@ from orchestrator.cli_common import (
 from orchestrator.cli_common import (
     out as stdout,
 )
-from orchestrator.models import ModelEndpointError
+
+if TYPE_CHECKING:  # --help stays fast: pydantic, httpx and the models load on use
+    from orchestrator.models import ModelEndpointError
 
 # RepairResult.outcome -> exit code
 REPAIR_EXIT = {"accepted": EXIT_OK, "succeeded": EXIT_OK, "failed": EXIT_CANDIDATE_FAILED,
@@ -98,6 +97,8 @@ def _show_result(console: Console, result: Any, out: Path | None, run_id: str) -
     elif result.run is not None:
         render.run_report(console, result.run)
     elif out is None:
+        from rich.syntax import Syntax
+
         console.print(Syntax(result.candidate, "python"))
         console.print(f"run it with: revise run CANDIDATE.py --run-id {run_id} (or "
                       "pass --execute)")
@@ -132,6 +133,8 @@ def repair_cmd(
     is the model's next round. On a deployment (REVISE_REPAIR_VIA=queue, or auto with a
     broker and a PostgreSQL run store) candidates are gated here and run by the workers.
     """
+    from broker.envelope import load_envelope
+    from broker.settings import Settings
     from orchestrator.inputs import MISSING, resolve_inputs
     from orchestrator.models import Waiting, backend_from_spec
     from orchestrator.repair import repair_dynamic_source
@@ -184,8 +187,12 @@ def author_cmd(
     goes to FILE.rejected, never to FILE); 2 bad input or configuration; 5 the model
     endpoint gave no usable answer after its retries.
     """
+    from rich.syntax import Syntax
+
+    from broker.envelope import Envelope, load_envelope
+    from broker.settings import Settings
     from orchestrator.author import author_script
-    from orchestrator.models import Waiting, backend_from_spec
+    from orchestrator.models import ModelEndpointError, Waiting, backend_from_spec
 
     backend = Waiting(backend_from_spec(model, Settings()), err, rounds=max_attempts)
     env = load_envelope(envelope) if envelope else Envelope()

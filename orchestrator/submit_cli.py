@@ -9,8 +9,6 @@ from typing import Annotated
 
 import typer
 
-from broker.envelope import load_envelope
-from broker.settings import Settings
 from orchestrator import render
 from orchestrator.cli_common import (
     EXIT_FAILED,
@@ -47,6 +45,8 @@ def register(app: typer.Typer) -> None:
         On an existing run, the args and envelope stored with its latest revision are
         reused unless --args / --envelope are given (a note on stderr says which).
         """
+        from broker.envelope import load_envelope
+        from broker.settings import Settings
         from orchestrator.inputs import MISSING, resolve_inputs
         from workers.client import Client
 
