@@ -37,3 +37,52 @@ def test_hole_checker_walked_shared_constants_as_trees(source: str) -> None:
 def test_shared_constants_within_the_limit_stay_valid() -> None:
     report = check(_chain("[1, 2]", "[{p}, {p}]", 10))  # 2**11 items as a tree
     assert report.valid, report.violations
+
+
+_SURROGATE_SCRIPTS = {
+    "payload": 'await ctx.run("text.generate", {"prompt": "p" + chr(55296)})\nreturn 1\n',
+    "result": "return {chr(56320): chr(55296)}\n",
+    "log": 'ctx.log("x" + chr(56320))\nreturn 1\n',
+    "error": 'raise ValueError("boom" + chr(55296))\n',
+}
+
+
+@pytest.mark.parametrize("where", sorted(_SURROGATE_SCRIPTS))
+def test_hole_lone_surrogate_from_the_sandbox_crashed_the_host(where: str, tmp_path) -> None:
+    """Hole: a script the checker accepts (``chr(55296)`` is an allowed builtin call) sent a
+    lone surrogate, which json.loads on the host turned into a str the host could not
+    encode: the session handler died with UnicodeEncodeError (in the payload digest, the
+    store), ``revise run`` printed a traceback and the run stayed ``running``. The host now
+    refuses such a message as a protocol error: the run ends ``stopped``."""
+    from broker.envelope import Envelope, SandboxLimits
+    from broker.records import RunStatus
+    from broker.settings import SandboxKind, Settings
+    from orchestrator.checker import check as check_script
+    from orchestrator.embedded import open_services
+    from sandbox.runner import ProcessRunner
+
+    source = "async def orchestrate(ctx, args):\n    " + _SURROGATE_SCRIPTS[where].replace(
+        "\n", "\n    ").rstrip() + "\n"
+    assert check_script(source).valid
+    services = open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
+                             runner=ProcessRunner())
+    try:
+        report = services.pipeline().run("surrogate", source, {}, Envelope(
+            sandbox=SandboxLimits(timeout_seconds=20))).to_json()
+        assert report["status"] == "stopped", report
+        assert report["error"]["type"] == "SandboxProtocolError"
+        assert services.store.get_run("surrogate").status is RunStatus.STOPPED
+        assert not services.settings.provider_log_path.exists()
+    finally:
+        services.close()
+
+
+def test_channel_refuses_lone_surrogates_and_keeps_pairs() -> None:
+    from broker.errors import SandboxProtocolError
+    from sandbox.channel import decode_message
+
+    assert decode_message(b'{"a": "\\ud83d\\ude00", "b": "\\\\ud800"}') == {
+        "a": "\U0001f600", "b": "\\ud800"}
+    for data in (b'{"a": "\\ud800"}', b'{"\\uDC00": 1}', b'{"a": ["x\\udbff"]}'):
+        with pytest.raises(SandboxProtocolError, match="lone surrogate"):
+            decode_message(data)
