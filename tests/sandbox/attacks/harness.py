@@ -14,8 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.envelope import Envelope, SandboxLimits
+from sandbox.acceptance_attacks import Canary, files_holding, wait_gone
 
 from .corpus import Attack
 
@@ -32,35 +31,6 @@ NORMAL = ('async def orchestrate(ctx, args):\n'
           '    text = await ctx.run("text.generate", {"prompt": "after the attack"})\n'
           '    return {"ok": True, "text": text}\n')
 PLANTED_ELSEWHERE = (Path("/planted"), Path("/usr/planted"), Path("/etc/planted"))
-
-
-class Canary:
-    """A TCP port on 127.0.0.1 that counts every connection made to it."""
-
-    def __init__(self) -> None:
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(16)
-        self._sock.settimeout(0.2)
-        self.port = self._sock.getsockname()[1]
-        self.connections = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while not self._done.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except (TimeoutError, OSError):
-                continue
-            self.connections += 1
-            conn.close()
-
-    def close(self) -> None:
-        self._done.set()
-        self._thread.join(2)
-        self._sock.close()
 
 
 @dataclass
@@ -94,19 +64,6 @@ def envelope_for(attack: Attack) -> Envelope:
     return Envelope(sandbox=SandboxLimits(timeout_seconds=attack.timeout, **attack.limits))
 
 
-def marked_processes(marker: str) -> list[int]:
-    found = []
-    needle = marker.encode()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if needle in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def _redis_has(key: str) -> bool:
     try:
         import redis
@@ -123,18 +80,6 @@ def _redis_has(key: str) -> bool:
         except redis.RedisError:
             return False
     return False
-
-
-def _files_with(root: Path, tokens: tuple[str, ...]) -> list[str]:
-    hits = []
-    for path in root.rglob("*"):
-        if path.is_file() and not path.is_symlink():
-            try:
-                data = path.read_bytes()
-            except OSError:
-                continue
-            hits += [f"{path}: {t[:12]}" for t in tokens if t.encode() in data]
-    return hits
 
 
 def _provider_calls(services: Any, run_id: str) -> int:
@@ -171,7 +116,7 @@ def judge(attack: Attack, services: Any, run_id: str, report: dict[str, Any],
     text = json.dumps(report)
     problems += [f"the report holds a secret ({t[:12]}...)" for t in tokens if t in text]
     problems += [f"a secret landed in {hit}" for hit in
-                 _files_with(services.settings.home, tokens)]
+                 files_holding(services.settings.home, tokens)]
     if victim.snapshot() != before:
         problems.append("the victim dir changed")
     planted = [str(p) for p in (services.settings.home / "planted", *PLANTED_ELSEWHERE)
@@ -182,11 +127,9 @@ def judge(attack: Attack, services: Any, run_id: str, report: dict[str, Any],
         problems.append(f"{canary.connections} connection(s) reached the host's canary port")
     if _redis_has(f"revise-attack-{marker}"):
         problems.append("the attack's key is in the host's Redis")
-    deadline = time.monotonic() + 5
-    while marked_processes(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if marked_processes(marker):
-        problems.append(f"processes left: {marked_processes(marker)}")
+    left = wait_gone(marker)
+    if left:
+        problems.append(f"processes left: {left}")
     calls = _provider_calls(services, run_id)
     if calls > attack.calls:
         problems.append(f"{calls} provider executions, at most {attack.calls} allowed")
