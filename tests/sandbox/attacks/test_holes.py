@@ -86,3 +86,32 @@ def test_channel_refuses_lone_surrogates_and_keeps_pairs() -> None:
     for data in (b'{"a": "\\ud800"}', b'{"\\uDC00": 1}', b'{"a": ["x\\udbff"]}'):
         with pytest.raises(SandboxProtocolError, match="lone surrogate"):
             decode_message(data)
+
+
+def test_hole_script_text_wrote_terminal_sequences_to_the_operator(tmp_path) -> None:
+    """Hole: `revise run` (human output) printed a checked script's error message with its
+    control characters, so ``raise ValueError(chr(27) + "]52;c;...")`` wrote the operator's
+    clipboard (OSC 52) or reset the terminal (ESC c); a bypassed script's error *type* was
+    printed as Rich markup. Script-controlled text is now shown, not sent."""
+    import io
+
+    from rich.console import Console
+
+    from orchestrator import render
+    from orchestrator.checker import check as check_script
+
+    assert check_script('async def orchestrate(ctx, args):\n'
+                        '    raise ValueError(chr(27) + "]52;c;cHduZWQ=" + chr(27) + "c")\n'
+                        ).valid
+    report = {"run_id": "r", "revision": 1, "status": "failed", "result": None,
+              "calls": {"executed": 0, "succeeded": 0, "failed": 0, "replayed": 0,
+                        "denied": 0},
+              "gate": {"counterexamples": []}, "identities": [], "certificate": None,
+              "error": {"type": "[link=http://evil]ValueError\x1b[2J",
+                        "message": "\x1b]52;c;cHduZWQ=\x1b\\\x1bc\x9b31m line\nnext"}}
+    out = io.StringIO()
+    render.run_report(Console(file=out, color_system=None, width=300), report)
+    text = out.getvalue()
+    assert "\x1b" not in text and "\x9b" not in text
+    assert "[link=http://evil]ValueError\\x1b[2J" in text
+    assert "\\x1b]52;c;cHduZWQ=" in text and "line\nnext" in text
