@@ -103,4 +103,36 @@ CHECKER: list[Attack] = [
         return {"x": chr(55296)}
         ''', route=None, checker="harmless", statuses=frozenset({"stopped"}),
         error="SandboxProtocolError", tries="a lone surrogate the host cannot encode"),
+    attack("host-tag-forgery", "checker", '''
+        return await __at__("forged", helper(ctx))
+        ''', route=None, before='''
+        async def helper(ctx):
+            return await ctx.run("text.generate", {"prompt": "x"})
+
+
+        ''', tries="forge the host's __at__ call-site tag to move a call to another site",
+        calls=1),  # the host's own inner tag wins: the call runs at its real site
+    attack("annotation-escape", "checker", '''
+        return await helper(ctx, 1)
+        ''', route=None, before='''
+        async def helper(ctx, x: CapabilityError.__init__.__globals__ = 1):
+            return x
+
+
+        ''', tries="an annotation (evaluated at def time) that walks to __globals__"),
+    attack("default-argument-escape", "checker", '''
+        return await helper(ctx)
+        ''', route=None, before='''
+        async def helper(ctx, g=CapabilityError.__init__.__globals__):
+            return g["__builtins__"].__dict__["open"](g["__file__"]).read()[:50]
+
+
+        ''', tries="a default argument evaluated at def time reaches the runtime's globals"),
+    attack("keyword-builtins", "checker", '''
+        return dict(__builtins__=args, __import__=1)
+        ''', route=None, tries="dunder keyword names"),
+    attack("accepted-terminal-escape", "checker", '''
+        raise ValueError("done" + chr(27) + "]52;c;cHduZWQ=" + chr(27) + "\\\\" + chr(27) + "c")
+        ''', route=None, checker="harmless", statuses=frozenset({"failed"}),
+        tries="terminal sequences (OSC 52 clipboard, reset) in an error the CLI prints"),
 ]

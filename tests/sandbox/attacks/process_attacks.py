@@ -227,4 +227,46 @@ sys = imp("sys")
 for i in range(200000):
     sys.stdout.write("flood " * 20 + "\\n")
 return 1''', "flood stdout (the host's output log)"),
+    _p("init-memory-write", '''
+def poke():
+    maps = open("/proc/1/maps").read().splitlines()
+    start = int(maps[0].split("-")[0], 16)
+    with open("/proc/1/mem", "r+b", buffering=0) as fh:
+        fh.seek(start)
+        return fh.write(b"\\xcc" * 16)
+attempt("poke", poke)
+attempt("self", lambda: open("/proc/self/mem", "r+b", buffering=0).write(b""))
+return out''', "write into the sandbox init's memory (to clear its death signal)"),
+    _p("tty-injection", '''
+fcntl, termios = imp("fcntl"), imp("termios")
+def inject():
+    fd = os.open("/dev/tty", os.O_RDWR)
+    return fcntl.ioctl(fd, termios.TIOCSTI, b"x")
+attempt("tiocsti", inject)
+attempt("ptmx", lambda: os.open("/dev/ptmx", os.O_RDWR))
+return out''', "TIOCSTI into a controlling terminal, a new pty"),
+    _p("raise-own-limits", '''
+resource = imp("resource")
+for name in ("RLIMIT_NPROC", "RLIMIT_AS", "RLIMIT_CPU", "RLIMIT_FSIZE", "RLIMIT_NOFILE"):
+    which = getattr(resource, name)
+    attempt(name, lambda: resource.setrlimit(which, (resource.RLIM_INFINITY,) * 2))
+def oom():
+    with open("/proc/self/oom_score_adj", "w") as fh:
+        fh.write("-1000")
+    return open("/proc/self/oom_score_adj").read()
+attempt("oom", oom)
+attempt("nice", lambda: os.nice(-10))
+return out''', "raise its own rlimits, OOM score and priority"),
+    _p("busy-children-past-deadline", '''
+spin = [sys.executable, "-c", "while True: pass", args["marker"]]
+for i in range(20):
+    try:
+        if os.fork() == 0:
+            os.execv(spin[0], spin)
+    except OSError:
+        break
+imp("time").sleep(30)
+return 1''', "busy children that should outlive a deadline kill", prelude=_TRY + _SPAWN,
+       timeout=3.0, statuses=frozenset({"stopped"}), error="SandboxTimeout",
+       limits={"pids": 8}),
 ]

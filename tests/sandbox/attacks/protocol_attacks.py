@@ -140,4 +140,17 @@ for i in range(50):
     batch(frame(i + 1, occurrence=i))
     time.sleep(0.01)''', "stop reading while the host answers 50 calls",
            error=None, statuses=frozenset({"stopped", "failed"}), calls=50, timeout=4.0),
+    _proto("payload-not-object", 'batch(frame(1, payload="rm -rf /"))',
+           "a call whose payload is a string", error=None),
+    _proto("capability-null", "batch(frame(1, capability=None))",
+           "a call without a capability"),
+    _proto("frames-after-result", '''
+send({"t": "result", "nonce": nonce, "ok": True, "result": "early", "logs": []})
+for i in range(50):
+    batch(frame(i + 1, occurrence=i))''', "calls after its own result", error=None,
+           statuses=frozenset({"succeeded", "stopped"})),
+    _proto("race-lookup-huge", '''
+send({"t": "batch", "nonce": nonce, "frames": [{"seq": 1, "kind": "race_lookup",
+      "site": site, "path": [], "occurrence": 0, "branches": [None] * 5000}]})''',
+           "a race lookup with 5000 branches at a call site"),
 ]
