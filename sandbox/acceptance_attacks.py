@@ -242,7 +242,7 @@ def _secret_env(secret: str) -> Iterator[None]:
 
 def _problems(check: AttackCheck, report: dict[str, Any], elapsed: float, services: Any,
               tokens: tuple[str, ...], victim: Path, before: bytes, canary: Canary,
-              marker: str) -> list[str]:
+              canary_before: int, marker: str) -> list[str]:
     problems = []
     error = (report.get("error") or {}).get("type")
     if report.get("status") not in check.statuses:
@@ -259,7 +259,7 @@ def _problems(check: AttackCheck, report: dict[str, Any], elapsed: float, servic
         problems.append("the victim dir changed")
     if (services.settings.home / "planted").exists():
         problems.append("a file planted in REVISE_HOME")
-    if canary.connections:
+    if canary.connections > canary_before:
         problems.append("a connection reached the host")
     if wait_gone(marker):
         problems.append("processes left after the run")
@@ -285,13 +285,14 @@ def _one(check: AttackCheck, services: Any, tmp: Path, secret: str, canary: Cana
     envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=check.timeout,
                                               **dict(check.limits)))
     run_id = f"attack-{marker[-8:]}"
+    canary_before = canary.connections
     started = time.monotonic()
     if check.checked:
         report = services.pipeline().run(run_id, check.body, args, envelope).to_json()
     else:
         report = run_unchecked(services, run_id, script(check.body), args, envelope)
     problems = _problems(check, report, time.monotonic() - started, services,
-                         (token, secret), victim, before, canary, marker)
+                         (token, secret), victim, before, canary, canary_before, marker)
     error = report.get("error") or {}
     return not problems, "; ".join(problems) or f"{report.get('status')} {error.get('type', '')}"
 

@@ -103,7 +103,7 @@ class Verdict:
 
 def judge(attack: Attack, services: Any, run_id: str, report: dict[str, Any],
           elapsed: float, *, victim: Victim, before: dict[str, tuple[int, str]],
-          canary: Canary, marker: str, slack: float) -> list[str]:
+          canary: Canary, canary_before: int, marker: str, slack: float) -> list[str]:
     problems: list[str] = []
     status, error = report.get("status"), (report.get("error") or {}).get("type")
     if status not in attack.statuses:
@@ -123,8 +123,9 @@ def judge(attack: Attack, services: Any, run_id: str, report: dict[str, Any],
                if p.exists()]
     if planted:
         problems.append(f"planted files: {planted}")
-    if canary.connections:
-        problems.append(f"{canary.connections} connection(s) reached the host's canary port")
+    if canary.connections > canary_before:
+        problems.append(f"{canary.connections - canary_before} connection(s) reached the "
+                        "host's canary port")
     if _redis_has(f"revise-attack-{marker}"):
         problems.append("the attack's key is in the host's Redis")
     left = wait_gone(marker)
@@ -154,7 +155,7 @@ def run_attack(attack: Attack, services: Any, *, checked: bool, victim: Victim,
     run_id = f"atk-{attack.name}-{marker[-8:]}"
     home = services.settings.home
     args = attack_args(attack, victim, home, canary, marker)
-    before = victim.snapshot()
+    before, canary_before = victim.snapshot(), canary.connections
     started = time.monotonic()
     if checked:
         report = services.pipeline().run(run_id, attack.script, args,
@@ -163,6 +164,6 @@ def run_attack(attack: Attack, services: Any, *, checked: bool, victim: Victim,
         report = run_unchecked(services, run_id, attack.script, args, envelope_for(attack))
     elapsed = time.monotonic() - started
     problems = judge(attack, services, run_id, report, elapsed, victim=victim, before=before,
-                     canary=canary, marker=marker, slack=slack)
+                     canary=canary, canary_before=canary_before, marker=marker, slack=slack)
     problems += follow_up(services, run_id)
     return Verdict(report, elapsed, problems)
