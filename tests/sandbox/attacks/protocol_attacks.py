@@ -153,4 +153,9 @@ for i in range(50):
 send({"t": "batch", "nonce": nonce, "frames": [{"seq": 1, "kind": "race_lookup",
       "site": site, "path": [], "occurrence": 0, "branches": [None] * 5000}]})''',
            "a race lookup with 5000 branches at a call site"),
+    _proto("overflowing-numbers", '''
+raw(b'{"t": "result", "nonce": "' + nonce.encode() + b'", "ok": true, '
+    b'"result": {"x": 1e999, "y": -1e999, "z": 1' + b"0" * 4000 + b'}, "logs": []}')''',
+           "numbers past float and int-parsing limits in a result", error=None,
+           statuses=frozenset({"succeeded", "stopped"})),
 ]
