@@ -30,6 +30,7 @@ SECRET_ENV_NAMES = ("REVISE_PROVIDER_API_KEY", "OPENAI_API_KEY")
 NORMAL = ('async def orchestrate(ctx, args):\n'
           '    text = await ctx.run("text.generate", {"prompt": "after the attack"})\n'
           '    return {"ok": True, "text": text}\n')
+FD_SLACK = 16  # connection pools may open a few
 PLANTED_ELSEWHERE = (Path("/planted"), Path("/usr/planted"), Path("/etc/planted"))
 
 
@@ -156,6 +157,7 @@ def run_attack(attack: Attack, services: Any, *, checked: bool, victim: Victim,
     home = services.settings.home
     args = attack_args(attack, victim, home, canary, marker)
     before, canary_before = victim.snapshot(), canary.connections
+    fds_before = len(os.listdir("/proc/self/fd"))
     started = time.monotonic()
     if checked:
         report = services.pipeline().run(run_id, attack.script, args,
@@ -166,4 +168,7 @@ def run_attack(attack: Attack, services: Any, *, checked: bool, victim: Victim,
     problems = judge(attack, services, run_id, report, elapsed, victim=victim, before=before,
                      canary=canary, canary_before=canary_before, marker=marker, slack=slack)
     problems += follow_up(services, run_id)
+    leaked = len(os.listdir("/proc/self/fd")) - fds_before
+    if leaked > FD_SLACK:  # e.g. descriptors the sandbox passed over the socket
+        problems.append(f"the host holds {leaked} more open files after the run")
     return Verdict(report, elapsed, problems)

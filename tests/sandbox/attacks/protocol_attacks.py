@@ -158,4 +158,19 @@ raw(b'{"t": "result", "nonce": "' + nonce.encode() + b'", "ok": true, '
     b'"result": {"x": 1e999, "y": -1e999, "z": 1' + b"0" * 4000 + b'}, "logs": []}')''',
            "numbers past float and int-parsing limits in a result", error=None,
            statuses=frozenset({"succeeded", "stopped"})),
+    _proto("scm-rights-fds", '''
+socket, array = imp("socket"), imp("array")
+fds = [os.open("/dev/null", os.O_RDONLY) for i in range(4)]
+body = json.dumps({"t": "batch", "nonce": nonce, "frames": []}).encode()
+data = struct.pack(">I", len(body)) + body
+for i in range(10):
+    sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+batch(frame(1, site="nope"))''', "pass 40 file descriptors to the host over the socket"),
+    _proto("out-of-band-bytes", '''
+for i in range(50):
+    try:
+        sock.send(b"!", 1)  # MSG_OOB
+    except OSError:
+        break
+batch(frame(1, site="nope"))''', "out-of-band bytes on the Unix socket"),
 ]
