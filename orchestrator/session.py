@@ -164,6 +164,11 @@ class Session:
                 self.latch(stop)
             except ReviseError as exc:  # SandboxTimeout and friends
                 self.latch(exc)
+            except Exception as exc:  # a message no handler foresaw: fail closed, never hang
+                log.exception("serving the sandbox of run %s failed", self.run_id)
+                self.latch(SandboxProtocolError(
+                    f"the host could not handle a message from the sandbox "
+                    f"({type(exc).__name__}); the run stops"))
             if self._latched.is_set():
                 self._tell_stop(channel)
         finally:
@@ -432,7 +437,8 @@ class Session:
         """A race branch's first call as (storage site, digest), or {"finished": True}."""
         if raw == {"finished": True}:
             return {"finished": True}
-        if not isinstance(raw, dict) or raw.get("site") not in self.whitelist:
+        if not (isinstance(raw, dict) and isinstance(raw.get("site"), str)
+                and raw["site"] in self.whitelist):
             return None
         site = self.whitelist[raw["site"]]
         try:

@@ -115,3 +115,72 @@ def test_hole_script_text_wrote_terminal_sequences_to_the_operator(tmp_path) -> 
     assert "\x1b" not in text and "\x9b" not in text
     assert "[link=http://evil]ValueError\\x1b[2J" in text
     assert "\\x1b]52;c;cHduZWQ=" in text and "line\nnext" in text
+
+
+_RACE_BRANCH_SITE = '''async def orchestrate(ctx, args):
+    g = CapabilityError.__init__.__globals__
+    if args.get("never"):
+        await ctx.race([ctx.run("text.generate", {"prompt": "a"})])
+    sched = g["_SCHEDULER"]
+    json, struct = g["json"], g["struct"]
+    body = json.dumps({"t": "batch", "nonce": sched.nonce, "frames": [
+        {"seq": 1, "kind": "race_lookup", "site": "orchestrate/if0/#0", "path": [],
+         "occurrence": 0, "branches": [{"site": ["unhashable"]}]}]}).encode()
+    sched.channel._sock.sendall(struct.pack(">I", len(body)) + body)
+    g["time"].sleep(5)
+    return "not stopped"
+'''
+
+
+def _process_services(tmp_path):
+    from broker.settings import SandboxKind, Settings
+    from orchestrator.embedded import open_services
+    from sandbox.runner import ProcessRunner
+
+    return open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
+                         runner=ProcessRunner())
+
+
+def test_hole_race_branch_with_an_unhashable_site_crashed_the_host(tmp_path) -> None:
+    """Hole: a race-lookup frame whose branch ``site`` was a list made the host's handler
+    raise TypeError (``[...] in whitelist``): `revise run` died with a traceback and the
+    run stayed ``running``. Branch sites are now type-checked (an unknown one is no
+    branch), and any exception a handler did not foresee ends the run ``stopped`` (fail
+    closed) instead of escaping."""
+    from broker.envelope import Envelope, SandboxLimits
+    from broker.records import RunStatus
+    from sandbox.acceptance_pipeline import run_unchecked
+
+    services = _process_services(tmp_path)
+    try:
+        report = run_unchecked(services, "race-branch", _RACE_BRANCH_SITE, {},
+                               Envelope(sandbox=SandboxLimits(timeout_seconds=20)))
+        # The unknown branch is described as None (no winner to look up); nothing crashes.
+        assert report["status"] in ("succeeded", "stopped"), report
+        assert services.store.get_run("race-branch").status is not RunStatus.RUNNING
+    finally:
+        services.close()
+
+
+def test_any_unforeseen_handler_error_stops_the_run(tmp_path, monkeypatch) -> None:
+    """The class of that hole: whatever a handler raises, the run ends stopped, the
+    sandbox is cleaned up, and the host keeps serving the next run."""
+    from broker.envelope import Envelope, SandboxLimits
+    from broker.records import RunStatus
+    from orchestrator.session import Session
+
+    script = ('async def orchestrate(ctx, args):\n'
+              '    return await ctx.run("text.generate", {"prompt": "x"})\n')
+    services = _process_services(tmp_path)
+    envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=20))
+    try:
+        with monkeypatch.context() as patch:
+            patch.setattr(Session, "_wave", lambda self, frames, pool: {}["boom"])
+            report = services.pipeline().run("unforeseen", script, {}, envelope).to_json()
+        assert report["status"] == "stopped", report
+        assert report["error"]["type"] == "SandboxProtocolError"
+        assert "KeyError" in report["error"]["message"]
+        assert services.store.get_run("unforeseen").status is RunStatus.STOPPED
+        assert services.pipeline().run("next", script, {}, envelope).succeeded
+    finally:
+        services.close()
