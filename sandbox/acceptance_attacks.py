@@ -159,6 +159,15 @@ return "not stopped"''', STOPPED, "SandboxTimeout", timeout=3.0),
 sock.shutdown(imp("socket").SHUT_WR)
 imp("time").sleep(10)
 return "not stopped"''', frozenset({"stopped", "failed"}), timeout=4.0),
+    AttackCheck("race branch with an unhashable site", '''
+if args.get("never"):
+    await ctx.race([ctx.run("text.generate", {"prompt": "a"})])
+sched = g["_SCHEDULER"]
+sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [
+    {"seq": 1, "kind": "race_lookup", "site": "orchestrate/if0/#0", "path": [],
+     "occurrence": 0, "branches": [{"site": ["unhashable"]}]}]})
+imp("time").sleep(1)
+return "not stopped"''', frozenset({"succeeded", "stopped"})),
     AttackCheck("checked script's lone surrogate", 'async def orchestrate(ctx, args):\n'
                 '    return {"x": chr(55296)}\n', STOPPED, "SandboxProtocolError",
                 checked=True),

@@ -173,4 +173,15 @@ for i in range(50):
     except OSError:
         break
 batch(frame(1, site="nope"))''', "out-of-band bytes on the Unix socket"),
+    attack("race-branch-unhashable-site", "protocol", '''
+        if args.get("never"):
+            await ctx.race([ctx.run("text.generate", {"prompt": "a"})])
+        sched = g["_SCHEDULER"]
+        sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [
+            {"seq": 1, "kind": "race_lookup", "site": "orchestrate/if0/#0", "path": [],
+             "occurrence": 0, "branches": [{"site": ["unhashable"]}, {"site": {"a": 1}}]}]})
+        imp("time").sleep(1)
+        return "not stopped"
+        ''', "race branches whose site is a list or a dict (crashed the host's handler)",
+           statuses=frozenset({"succeeded", "stopped"})),
 ]
