@@ -184,4 +184,10 @@ batch(frame(1, site="nope"))''', "out-of-band bytes on the Unix socket"),
         return "not stopped"
         ''', "race branches whose site is a list or a dict (crashed the host's handler)",
            statuses=frozenset({"succeeded", "stopped"})),
+    _proto("result-error-field-types", '''
+send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
+    "type": "ValueError", "message": "m", "identity": 7, "line": True,
+    "capability": ["x"], "code": {"a": 1}, "status": [1]}})''',
+           "error fields of the wrong types (a number identity crashed the report)",
+           error="ValueError", statuses=frozenset({"failed"})),
 ]

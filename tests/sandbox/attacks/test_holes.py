@@ -184,3 +184,34 @@ def test_any_unforeseen_handler_error_stops_the_run(tmp_path, monkeypatch) -> No
         assert services.pipeline().run("next", script, {}, envelope).succeeded
     finally:
         services.close()
+
+
+_ERROR_FIELD_TYPES = '''async def orchestrate(ctx, args):
+    g = CapabilityError.__init__.__globals__
+    sched = g["_SCHEDULER"]
+    sched.channel.send({"t": "result", "nonce": sched.nonce, "ok": False, "logs": [],
+                        "error": {"type": "ValueError", "message": "m", "identity": 7,
+                                  "line": True, "capability": ["x"], "code": {"a": 1}}})
+    g["time"].sleep(5)
+    return "not stopped"
+'''
+
+
+def test_hole_error_fields_of_the_wrong_type_crashed_the_report(tmp_path) -> None:
+    """Hole: a failed result whose error ``identity`` was a number passed the session (any
+    str or int was kept) and then failed the run report's validation (pydantic
+    ValidationError) after the sandbox had finished: a traceback, and the run stayed
+    ``running``. Each error field is now kept only with the type the report holds."""
+    from broker.envelope import Envelope, SandboxLimits
+    from broker.records import RunStatus
+    from sandbox.acceptance_pipeline import run_unchecked
+
+    services = _process_services(tmp_path)
+    try:
+        report = run_unchecked(services, "error-types", _ERROR_FIELD_TYPES, {},
+                               Envelope(sandbox=SandboxLimits(timeout_seconds=20)))
+        assert report["status"] == "failed", report
+        assert report["error"] == {"type": "ValueError", "message": "m", "identity": None}
+        assert services.store.get_run("error-types").status is RunStatus.FAILED
+    finally:
+        services.close()
