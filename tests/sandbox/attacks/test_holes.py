@@ -127,7 +127,7 @@ _RACE_BRANCH_SITE = '''async def orchestrate(ctx, args):
         {"seq": 1, "kind": "race_lookup", "site": "orchestrate/if0/#0", "path": [],
          "occurrence": 0, "branches": [{"site": ["unhashable"]}]}]}).encode()
     sched.channel._sock.sendall(struct.pack(">I", len(body)) + body)
-    g["time"].sleep(5)
+    g["time"].sleep(1)
     return "not stopped"
 '''
 
