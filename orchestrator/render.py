@@ -20,8 +20,15 @@ _OUTCOME_STYLE = {"executed": "cyan", "replayed": "green", "failed": "red",
                   "diverged": "yellow", "denied": "magenta", "stopped": "yellow"}
 
 
+# Text a script controls (error messages and types, logs, results) reaches the operator's
+# terminal here: control characters are shown, not sent (ESC starts terminal sequences that
+# can write the clipboard, retitle or reset the terminal).
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+             if code not in (0x09, 0x0A)}
+
+
 def escape(text: str) -> str:
-    return _escape(str(text))
+    return _escape(str(text).translate(_CONTROLS))
 
 
 def _status(status: str) -> str:
@@ -88,7 +95,8 @@ def run_report(c: Console, report: dict[str, Any]) -> None:
     for warning in report.get("warnings", []):
         c.print(f"  [yellow]warning[/]: {escape(warning)}")
     if report["error"]:
-        c.print(f"  [red]{report['error']['type']}[/]: {escape(report['error']['message'])}")
+        c.print(f"  [red]{escape(report['error']['type'])}[/]: "
+                f"{escape(report['error']['message'])}")
     if report.get("certificate"):
         cert = report["certificate"]
         c.print(f"  certificate {cert['digest'][:16]}… over {cert['entries']} entries, "

@@ -59,9 +59,11 @@ MESSAGE_BYTES = 8 << 20  # one message from the sandbox at most
 MAX_WAVE = 4096  # frames in one wave
 MAX_PATH = 64
 _CONNECT_POLL = 0.1
-# What a failed script may tell the host about its error (everything else is dropped).
-_ERROR_FIELDS = frozenset({"type", "message", "line", "code", "capability", "identity",
-                           "status"})
+# What a failed script may tell the host about its error, each field with the types the
+# run report holds (anything else, or of another type, is dropped).
+_ERROR_FIELDS: dict[str, tuple[type, ...]] = {
+    "type": (str,), "message": (str,), "line": (int,), "code": (str, int),
+    "capability": (str,), "identity": (str,), "status": (str, int)}
 
 
 class Executor(Protocol):
@@ -164,6 +166,11 @@ class Session:
                 self.latch(stop)
             except ReviseError as exc:  # SandboxTimeout and friends
                 self.latch(exc)
+            except Exception as exc:  # a message no handler foresaw: fail closed, never hang
+                log.exception("serving the sandbox of run %s failed", self.run_id)
+                self.latch(SandboxProtocolError(
+                    f"the host could not handle a message from the sandbox "
+                    f"({type(exc).__name__}); the run stops"))
             if self._latched.is_set():
                 self._tell_stop(channel)
         finally:
@@ -253,7 +260,8 @@ class Session:
         if not isinstance(error, dict):
             raise SandboxProtocolError("a failed result without an error")
         fields = {k: v for k, v in error.items() if k in _ERROR_FIELDS
-                  and (v is None or isinstance(v, str | int))}
+                  and (v is None or (isinstance(v, _ERROR_FIELDS[k])
+                                     and not isinstance(v, bool)))}
         return {"ok": False, "logs": [line[:2000] for line in logs[:200]], "error": {
             **fields, "type": str(fields.get("type") or "ScriptError")[:100],
             "message": str(fields.get("message") or "the script failed")[:4000]}}
@@ -436,7 +444,8 @@ class Session:
         """A race branch's first call as (storage site, digest), or {"finished": True}."""
         if raw == {"finished": True}:
             return {"finished": True}
-        if not isinstance(raw, dict) or raw.get("site") not in self.whitelist:
+        if not (isinstance(raw, dict) and isinstance(raw.get("site"), str)
+                and raw["site"] in self.whitelist):
             return None
         site = self.whitelist[raw["site"]]
         try:

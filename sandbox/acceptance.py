@@ -1,6 +1,7 @@
 """Acceptance checks of the sandboxes, against the real image and the real bwrap.
 
     python -m sandbox.acceptance [--runner docker|process|all] [--only NAME] [--pipeline]
+                                 [--attacks]
 
 Each isolation check runs a hostile probe program (real Python, not a checked
 script) in a sandbox started by the production runner, exactly as a job would
@@ -12,7 +13,10 @@ table; exit 0 only when every check passes.
 
 ``--pipeline`` adds the end-to-end checks of the host RPC (nonce forgery,
 unknown sites, occurrence replay, oversized frames, concurrency, artifacts),
-``sandbox.acceptance_pipeline``.
+``sandbox.acceptance_pipeline``. ``--attacks`` adds a subset of the attack corpus
+(``tests/sandbox/attacks``), checker bypassed and judged from the host: no host file,
+secret, network or leftover process, the deadline held, and a normal run afterwards
+succeeds (``sandbox.acceptance_attacks``).
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ from typing import Any
 
 from broker.envelope import SandboxLimits
 from broker.settings import Settings
+from sandbox.acceptance_attacks import ATTACK_CHECKS, run_attack_checks
 from sandbox.acceptance_pipeline import run_pipeline_checks, run_unchecked, script
 
-__all__ = ["PROBES", "run_isolation_checks", "run_pipeline_checks", "run_unchecked", "script"]
+__all__ = ["ATTACK_CHECKS", "PROBES", "run_attack_checks", "run_isolation_checks",
+           "run_pipeline_checks", "run_unchecked", "script"]
 
 SECRET = "sk-acceptance-secret-0000"
 Result = tuple[str, bool, str]
@@ -322,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help="run the checks whose name contains this")
     parser.add_argument("--pipeline", action="store_true",
                         help="also the end-to-end RPC checks through the pipeline")
+    parser.add_argument("--attacks", action="store_true",
+                        help="also attacks from the corpus, judged from the host")
     args = parser.parse_args(argv)
     kinds = ("docker", "process") if args.runner == "all" else (args.runner,)
     started = time.monotonic()
@@ -333,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
             results.append((f"{kind}: runner available", False, f"{exc}"[:200]))
         if args.pipeline:
             results += run_pipeline_checks(kind)
+        if args.attacks:
+            try:
+                results += run_attack_checks(kind, only=args.only)
+            except Exception as exc:  # the services cannot even open: every check fails
+                results.append((f"{kind} attack: services available", False, f"{exc}"[:200]))
     table = Table("check", "result", "detail", title=f"{time.monotonic() - started:.1f}s")
     for name, ok, detail in results:
         table.add_row(name, "[green]pass[/]" if ok else "[red]FAIL[/]", detail)

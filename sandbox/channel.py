@@ -11,6 +11,7 @@ inside the RPC directory; it only listens on the socket it created there.
 from __future__ import annotations
 
 import json
+import re
 import select
 import socket
 import struct
@@ -22,6 +23,10 @@ from broker.errors import SandboxProtocolError, SandboxTimeout
 
 _HEADER = struct.Struct(">I")
 MAX_DEPTH = 64
+# json.loads turns a \\uD800-\\uDFFF escape that is not half of a pair into a lone
+# surrogate: a str the host can neither hash, store nor print (UnicodeEncodeError). Where
+# the raw text has such an escape, the decoded message is checked whole.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _refuse_constant(name: str) -> Any:
@@ -39,6 +44,12 @@ def decode_message(data: bytes) -> dict[str, Any]:
         raise SandboxProtocolError("the sandbox sent a message that is not a JSON object")
     if too_deep(value, MAX_DEPTH):
         raise SandboxProtocolError(f"the sandbox sent a message nested deeper than {MAX_DEPTH}")
+    if _SURROGATE_ESCAPE.search(data) is not None:
+        try:
+            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise SandboxProtocolError("the sandbox sent a string with a lone surrogate (not "
+                                       "valid Unicode text)") from None
     return value
 
 

@@ -18,6 +18,10 @@ MAX_INT_BITS = 1024
 MAX_STR_LEN = 32 * 1024
 MAX_SEQ_LEN = 100_000
 MAX_FOLD_DEPTH = 120
+# Items of a constant counted as a tree: a part shared by reference (``B = [A, A]``,
+# ``[A] * 50``) counts every time it appears, as it does for anything that walks the value.
+MAX_TREE_ITEMS = MAX_SEQ_LEN
+_MAX_VALUE_DEPTH = 200
 
 
 class TooLarge(Exception):
@@ -69,7 +73,34 @@ def check_value(value: Any, node: ast.AST) -> Any:
     size = _size(value)
     if size is not None and size > MAX_SEQ_LEN:
         raise TooLarge(f"constant collection has {size} items (limit {MAX_SEQ_LEN})", node)
+    if isinstance(value, list | tuple | dict | set | frozenset) and _tree_items(
+            value, {}, 0) > MAX_TREE_ITEMS:
+        raise TooLarge(f"constant holds over {MAX_TREE_ITEMS} items in total once its shared "
+                       "parts are counted every time they appear", node)
     return value
+
+
+def _tree_items(value: Any, seen: dict[int, int], depth: int) -> int:
+    """Items of ``value`` as a tree, stopping just past MAX_TREE_ITEMS.
+
+    Memoised per object, so a value built by sharing (``A1 = [A0, A0]``, ...,
+    ``A59 = [A58, A58]``: 2**60 items as a tree, 60 objects) costs at most the
+    limit, never the tree."""
+    if not isinstance(value, list | tuple | dict | set | frozenset):
+        return 1
+    if depth > _MAX_VALUE_DEPTH:
+        return MAX_TREE_ITEMS + 1
+    known = seen.get(id(value))
+    if known is not None:
+        return known
+    total = 1
+    children = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+    for child in children:
+        total += _tree_items(child, seen, depth + 1)
+        if total > MAX_TREE_ITEMS:
+            break
+    seen[id(value)] = total
+    return total
 
 
 def _bits(value: Any) -> float:

@@ -199,6 +199,11 @@ def huge_literals(model: ScriptModel) -> list[Violation]:
             while isinstance(parent, _FOLDABLE):
                 root, parent = parent, model.parents.get(id(parent))
             roots[id(root)] = root
+    # A top-level constant built from others by reference (B = [A, A]) has no operator
+    # and can still be huge as a tree.
+    for stmt in model.tree.body:
+        if isinstance(stmt, ast.Assign | ast.AnnAssign) and stmt.value is not None:
+            roots.setdefault(id(stmt.value), stmt.value)
     for root in roots.values():
         try:
             fold(root, model.env)
