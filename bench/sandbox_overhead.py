@@ -61,7 +61,7 @@ def bench_runner(kind: str, jobs: int, calls: int) -> dict[str, float]:
         job_ms, first_ms = [], []
         for i in range(jobs):
             start = time.perf_counter()
-            report = pipeline.run(f"job-{i}", ONE_CALL, {"p": f"job {i}"}, Envelope())
+            report = pipeline.run(f"job-{i}", ONE_CALL, {"p": f"job {i}"}, Envelope()).to_json()
             job_ms.append((time.perf_counter() - start) * 1000)
             assert report["status"] == "succeeded", report["error"]
             first_ms.append(_first_rpc_ms(services, f"job-{i}"))
@@ -69,7 +69,7 @@ def bench_runner(kind: str, jobs: int, calls: int) -> dict[str, float]:
         pipeline.run("many", _calls_script(calls), {}, Envelope())
         many = (time.perf_counter() - start) * 1000
         start = time.perf_counter()
-        replay = pipeline.run("many", _calls_script(calls), {}, Envelope())
+        replay = pipeline.run("many", _calls_script(calls), {}, Envelope()).to_json()
         replay_ms = (time.perf_counter() - start) * 1000
         assert replay["calls"]["replayed"] == calls
         services.close()
@@ -82,22 +82,26 @@ def bench_runner(kind: str, jobs: int, calls: int) -> dict[str, float]:
 
 
 def bench_in_process(calls: int) -> float:
-    """The same replay through Broker.dispatch directly, without any sandbox or RPC."""
-    from broker.dispatch import CallRequest
-    from broker.identity import Identity
+    """The same replay through Broker.execute directly, without any sandbox or RPC."""
+    from broker.calls import CallRequest
+    from broker.catalog import CATALOG
+    from broker.identity import Identity, call_digest
+
+    def request(i: int) -> CallRequest:
+        payload = CATALOG["text.generate"].normalize({"prompt": f"call {i}"})
+        return CallRequest("direct", 1, Identity("orchestrate/for0/#0", (), i),
+                           "text.generate", payload, call_digest(payload), "fp")
 
     with tempfile.TemporaryDirectory() as tmp:
         services = open_services(Settings(home=Path(tmp)), runner=ProcessRunner())
         broker = services.broker(Envelope())
         services.store.ensure_run("direct")
-        requests = [CallRequest("direct", 1, Identity("orchestrate/for0/#0", (), i),
-                                "text.generate", {"prompt": f"call {i}"}, "fp")
-                    for i in range(calls)]
-        for request in requests:
-            broker.dispatch(request)
+        requests = [request(i) for i in range(calls)]
+        for call in requests:
+            broker.execute(call)
         start = time.perf_counter()
-        for request in requests:
-            broker.dispatch(request)
+        for call in requests:
+            broker.execute(call)
         per_call = (time.perf_counter() - start) * 1000 / calls
         services.close()
     return per_call
@@ -175,7 +179,7 @@ def main() -> None:
                        ("per_replay_call", "per replay call (ms)")]:
         print(f"{label:34}{process[key]:>10.2f}{docker[key]:>10.2f}{warm[key]:>10.2f}"
               f"{docker[key] / process[key]:>16.2f}{docker[key] / warm[key]:>11.2f}")
-    print(f"replay hit without sandbox/RPC (Broker.dispatch): {direct:.3f} ms/call; "
+    print(f"replay hit without sandbox/RPC (Broker.execute): {direct:.3f} ms/call; "
           f"RPC round trip adds {docker['per_replay_call'] - direct:.3f} ms in the container, "
           f"{process['per_replay_call'] - direct:.3f} ms in the process sandbox")
 

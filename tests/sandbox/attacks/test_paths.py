@@ -127,7 +127,7 @@ def test_queue_client_refuses_hostile_run_ids(run_id: str, place, redis_url: str
 
     import redis
 
-    from orchestrator.client import Client
+    from workers.client import Client
     from workers.config import WorkerSettings
 
     queue = WorkerSettings(queue_prefix=f"atk{uuid.uuid4().hex[:10]}-")
