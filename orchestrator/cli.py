@@ -216,20 +216,25 @@ def reconcile_cmd(
                        ] = False,
     result: Annotated[Path | None, typer.Option("--result", help="JSON file with the known "
                                                 "result to commit")] = None,
+    from_log: Annotated[Path | None, typer.Option(
+        "--from-log", help="a provider log (provider-log.jsonl): commit the result its ok "
+        "line for this run, identity and payload digest records")] = None,
     operator: Annotated[str, typer.Option("--operator", help="who decides (recorded)")] = "",
     reason: Annotated[str, typer.Option("--reason", help="why (recorded)")] = "",
     as_json: JsonFlag = False,
 ) -> None:
     """Resolve an unresolved attempt: write back its known result, or abandon it."""
-    from orchestrator.reconcile import reconcile_attempt
+    from orchestrator.reconcile import reconcile_attempt, result_from_log
 
-    if abandon == (result is not None):
-        raise InputError("pass exactly one of --abandon or --result FILE")
+    if [abandon, result is not None, from_log is not None].count(True) != 1:
+        raise InputError("pass exactly one of --abandon, --result FILE or --from-log FILE")
     kwargs: dict[str, Any] = {}
     if result is not None:
         kwargs["result"] = read_json(result)
     services = _services()
     try:
+        if from_log is not None:
+            kwargs["result"] = result_from_log(services.store, from_log, run_id, identity)
         data = reconcile_attempt(services.store, run_id, Identity.parse(identity),
                                  operator=operator, reason=reason, **kwargs)
     finally:

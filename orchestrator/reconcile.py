@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import ast
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from broker.catalog import CATALOG
 from broker.errors import InputError
 from broker.identity import Identity
 from broker.owner import owner_alive
+from broker.providers.log import ProviderLog
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
     AttemptRecord,
@@ -90,6 +92,37 @@ def _fingerprint(store: RunStore, attempt: AttemptRecord) -> str:
                 return site.fingerprint
     raise InputError(f"cannot find site {attempt.identity.site} in revision "
                      f"{attempt.revision} of run {attempt.run_id}")
+
+
+def result_from_log(store: RunStore, log_path: Path, run_id: str,
+                    identity: Identity | str) -> Any:
+    """The result of the paid call at ``identity`` from a provider log: the line of the
+    run and identity whose outcome is ok and whose payload digest is the open attempt's.
+
+    This is how an operator writes back a result whose commit was lost, instead of
+    abandoning a call that was paid.
+    """
+    ident = identity if isinstance(identity, Identity) else Identity.parse(identity)
+    attempt = _open_attempt(store, run_id, ident)
+    lines = [e for e in ProviderLog(log_path).read()
+             if e.get("run_id") == run_id and e.get("identity") == str(ident)]
+    if not lines:
+        raise InputError(f"{log_path} has no line for {ident} in run {run_id!r}: the provider "
+                         "log of the broker worker that ran it (its REVISE_HOME) has it, if "
+                         "the provider was called")
+    ok = [e for e in lines if e.get("outcome") == "ok"]
+    if not ok:
+        raise InputError(f"{log_path}: every call at {ident} in run {run_id!r} ended with an "
+                         "error; there is no result to write back (abandon the attempt)")
+    matching = [e for e in ok if e.get("digest") == attempt.digest]
+    if not matching:
+        raise InputError(f"{log_path}: the ok line at {ident} has payload digest "
+                         f"{str(ok[-1].get('digest'))[:12]}, the open attempt "
+                         f"{attempt.digest[:12]}; it is another payload's result")
+    if "result" not in matching[-1]:
+        raise InputError(f"{log_path}: the line at {ident} predates logged results; take the "
+                         "result from the provider and pass it with --result FILE")
+    return matching[-1]["result"]
 
 
 def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,

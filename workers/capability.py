@@ -22,10 +22,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from celery.signals import worker_ready
+
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import CAPABILITY_NAMES
 from broker.envelope import Envelope
-from broker.errors import AttemptInFlight, AttemptUnresolved, InputError, SafetyStop
+from broker.errors import (
+    AttemptInFlight,
+    AttemptUnresolved,
+    InputError,
+    SafetyStop,
+    StoreUnavailable,
+)
 from broker.identity import Identity
 from workers.app import ReviseTask, app
 from workers.lease import Verdict
@@ -72,9 +80,23 @@ def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: di
     except BaseException:
         ctx.lease.release(grant)  # an unexpected error: let a redelivery decide again
         raise
+    if isinstance(report.stop, StoreUnavailable) and report.stop.fields.get("spool"):
+        ctx.drain_spool_in_background()  # the paid result waits in the spool for the store
     answer = report.to_wire() | {"origin": origin}
     ctx.lease.finish(grant, answer)
     return answer
+
+
+@worker_ready.connect
+def drain_spool_on_start(sender: Any = None, **_: Any) -> None:
+    """A broker worker's first duty after a restart: commit the paid results its host's
+    spool kept while the store did not answer (in the background: the store may still
+    be away)."""
+    consumer_app = getattr(sender, "app", None)
+    if consumer_app is not app or app.routing.queue("capabilities") not in (
+            app.amqp.queues.consume_from or {}):
+        return
+    app.tasks[CAPABILITY_TASK].context.drain_spool_in_background()
 
 
 def _refused(request_wire: Any, exc: InvalidMessage) -> dict[str, Any]:

@@ -7,7 +7,9 @@ client, ``celery inspect``, Flower) connects to nothing.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from functools import cached_property
 
 import redis
@@ -26,6 +28,8 @@ from workers.lease import JobLease
 from workers.ledger_redis import RedisLedger
 from workers.routing import Routing
 
+log = logging.getLogger("revise.workers")
+
 
 class WorkerContext:
     def __init__(self, settings: Settings, queue: WorkerSettings) -> None:
@@ -33,6 +37,7 @@ class WorkerContext:
         self.queue = queue
         self.routing = Routing(queue.queue_prefix)
         self._lock = threading.Lock()
+        self._drainer: threading.Thread | None = None
 
     @cached_property
     def store(self) -> SqlStore:
@@ -68,6 +73,30 @@ class WorkerContext:
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,
                       settings=self.settings, ledger=self.ledger)
+
+    def drain_spool_in_background(self) -> None:
+        """Commit the paid results this host's spool holds, retrying until the store has
+        them all (one thread per process; started on worker start and after a commit
+        gave up)."""
+        with self._lock:
+            if self._drainer is not None and self._drainer.is_alive():
+                return
+            self._drainer = threading.Thread(target=self._drain, daemon=True,
+                                             name="spool-drain")
+            self._drainer.start()
+
+    def _drain(self) -> None:
+        delay = 1.0
+        broker = self.broker(Envelope())
+        while broker.spool.pending():
+            try:
+                broker.drain_spool()
+            except Exception as exc:  # the store may not even open yet: try again later
+                log.warning("draining the commit spool failed: %s", exc)
+            if not broker.spool.pending():
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     @cached_property
     def runner(self) -> Runner:
