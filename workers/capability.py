@@ -38,6 +38,7 @@ from broker.identity import Identity
 from workers.app import ReviseTask, app
 from workers.lease import Verdict
 from workers.messages import CapabilityCall, InvalidMessage, parse_message
+from workers.recovery import count_stale_delivery
 from workers.routing import CAPABILITY_TASK
 
 _limits = app.queue_settings
@@ -56,6 +57,15 @@ def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: di
     ctx = self.context
     request = CallRequest.from_wire(request_wire)
     job_id = self.request.id
+    revision = ctx.store.get_revision(request.run_id, request.revision)
+    if revision is None or revision.status != "running":
+        # A redelivery for a finished revision: nobody waits for it; acknowledge it at
+        # once (no lease, no provider) and count it.
+        count_stale_delivery(ctx, request.run_id, request.revision, "capability call")
+        return _stopped(request, AttemptInFlight(
+            f"stale delivery of the call at {request.identity}: revision "
+            f"{request.revision} of run {request.run_id} is no longer running",
+            identity=str(request.identity)))
     grant = ctx.lease.begin(job_id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:
         return grant.answer

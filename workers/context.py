@@ -51,6 +51,12 @@ class WorkerContext:
                                     socket_connect_timeout=5, health_check_interval=30)
 
     @cached_property
+    def broker_redis(self) -> redis.Redis:
+        """The Celery transport's Redis (to see whether a message is still there)."""
+        return redis.Redis.from_url(self.settings.resolved_broker_url, socket_timeout=10,
+                                    socket_connect_timeout=5)
+
+    @cached_property
     def ledger(self) -> Ledger | None:
         """The Redis copy of the paid-payload ledger (None: the store answers alone)."""
         if self.settings.ledger_backend == "sql":

@@ -24,13 +24,10 @@ from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Verdict
 from workers.messages import DispatchJob, InvalidMessage, check_task_id, name_in, parse_message
+from workers.recovery import sandbox_task_id
 from workers.routing import DISPATCH_TASK, SANDBOX_TASK
 
 _limits = app.queue_settings
-
-
-def sandbox_task_id(job_id: str) -> str:
-    return f"{job_id}/sandbox"
 
 
 @app.task(name=DISPATCH_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
@@ -44,6 +41,9 @@ def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         return _answer(job_id, {"run_id": name_in(job, "run_id", "run id")},
                        error=exc.to_json())
     ctx = self.context
+    accepted = ctx.store.get_job(job_id)
+    if accepted is not None:  # accepted before (the answer may have been lost with Redis)
+        return _answer(job_id, job, revision=accepted.revision, accepted=True)
     grant = ctx.lease.begin(job_id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:
         return grant.answer
@@ -86,14 +86,17 @@ def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, An
 
 def _enqueue(ctx: WorkerContext, job_id: str, admitted: Admitted,
              envelope_wire: dict[str, Any]) -> None:
+    assert admitted.admission is not None
+    message = {"job_id": job_id, "run_id": admitted.run_id, "revision": admitted.revision,
+               "source": admitted.source.text, "admission": admitted.admission.to_wire(),
+               "args_text": admitted.args_text, "envelope": envelope_wire}
+    # The store is the truth about accepted jobs: recorded before the message is queued,
+    # so a message Redis loses is queued again from here (workers.recovery).
+    ctx.store.accept_job(job_id, admitted.run_id, admitted.revision, message)
     ctx.store.add_event(admitted.run_id, "queued", f"revision {admitted.revision} queued for "
                         "a sandbox worker", revision=admitted.revision, data={"job_id": job_id})
     app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job_id),
-                  queue=ctx.routing.queue("sandbox"), args=[{
-                      "job_id": job_id, "run_id": admitted.run_id,
-                      "revision": admitted.revision, "source": admitted.source.text,
-                      "admission": admitted.admission.to_wire(),
-                      "args_text": admitted.args_text, "envelope": envelope_wire}])
+                  queue=ctx.routing.queue("sandbox"), args=[message])
 
 
 def _answer(job_id: str, job: dict[str, Any], *, accepted: bool = False,

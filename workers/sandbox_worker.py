@@ -30,7 +30,8 @@ from typing import Any
 from celery.exceptions import Ignore
 
 from broker.envelope import Envelope
-from broker.errors import ReviseError, SandboxError
+from broker.errors import ReviseError, SandboxError, StoreUnavailable
+from broker.owner import current_owner
 from broker.records import RunStatus
 from orchestrator.admission import Admission
 from orchestrator.pipeline import Admitted, Pipeline
@@ -41,8 +42,10 @@ from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Grant, Verdict
 from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
+from workers.recovery import count_stale_delivery
 from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
+from workers.transport import Transport
 
 log = logging.getLogger("revise.workers.sandbox")
 
@@ -61,6 +64,9 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
                 "revision": revision if type(revision) is int else None,
                 "status": "failed", "deliveries": 0, "error": exc.to_json()}
     ctx = self.context
+    stale = _stale(ctx, job)
+    if stale is not None:
+        return stale
     grant = ctx.lease.begin(self.request.id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:
         return grant.answer
@@ -70,12 +76,36 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         raise Ignore()
     if grant.verdict is Verdict.GIVE_UP:
         report = _give_up(ctx, job, grant)
+    elif not ctx.store.start_job(job["job_id"], job["run_id"], job["revision"],
+                                 current_owner()):
+        ctx.lease.release(grant)  # finished or lost while this delivery waited
+        return _stale(ctx, job) or {}
     else:
         report = _run_held(ctx, job, grant)
     answer = {"run_id": job["run_id"], "revision": job["revision"],
               "status": str(report.status), "deliveries": grant.starts}
     ctx.lease.finish(grant, answer)
+    _finish_job(ctx, job)
     return answer
+
+
+def _stale(ctx: WorkerContext, job: dict[str, Any]) -> dict[str, Any] | None:
+    """A delivery for a revision that is no longer running (a redelivery after a crash,
+    a requeued copy): acknowledged as a duplicate at once and counted for the operator."""
+    revision = ctx.store.get_revision(job["run_id"], job["revision"])
+    if revision is not None and revision.status == "running":
+        return None
+    count = count_stale_delivery(ctx, job["run_id"], job["revision"], "sandbox job")
+    return {"run_id": job["run_id"], "revision": job["revision"],
+            "status": None if revision is None else revision.status, "deliveries": 0,
+            "duplicate": True, "stale_deliveries": count}
+
+
+def _finish_job(ctx: WorkerContext, job: dict[str, Any]) -> None:
+    try:
+        ctx.store.finish_job(job["job_id"])
+    except StoreUnavailable:  # the revision is finished; the job row only says it late
+        log.warning("job %s: could not mark it finished (store unavailable)", job["job_id"])
 
 
 def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
@@ -90,7 +120,13 @@ def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunRepor
         # Leave a visible state, then let Celery see the error; the lease is released
         # so an operator's resubmission is not mistaken for a duplicate.
         message = exc.message if isinstance(exc, ReviseError) else repr(exc)
-        _fail(ctx, job, f"the sandbox job failed: {message}")
+        try:
+            _fail(ctx, job, f"the sandbox job failed: {message}")
+        except StoreUnavailable as unavailable:
+            # Nothing true can be written now: the revision's lease expires instead and
+            # the reconciler marks it lost (never a state the store did not take).
+            log.warning("run %s revision %s: %s; its lease expires and the reconciler "
+                        "marks it", job["run_id"], job["revision"], unavailable.message)
         ctx.lease.release(grant)
         raise
 
@@ -101,7 +137,9 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
         store=ctx.store, runner=ctx.runner, settings=ctx.settings,
         executor_for=lambda env: RemoteExecutor(
             app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
-            wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery))
+            wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
+            store=ctx.store, transport=Transport(ctx.broker_redis),
+            lease_seconds=ctx.settings.attempt_lease_seconds))
     run_id, revision = job["run_id"], job["revision"]
     admission = Admission.from_wire(job["admission"], ctx.store.list_slots(run_id),
                                     str(ctx.settings.relocation))

@@ -103,7 +103,7 @@ def test_reconcile_from_the_provider_log_instead_of_abandoning(tmp_path: Path) -
         for path in (home / "spool").glob("*"):
             path.unlink()  # the worker's disk is lost too: only the provider log is left
         services.store.failures = 0
-        time.sleep(0.6)
+        time.sleep(2.1)  # the owner (this process) is alive: its lease gets 4 periods
         assert sweep(services.store, 0.5)
         log_path = home / "provider-log.jsonl"
         with pytest.raises(InputError, match="no attempt"):
