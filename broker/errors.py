@@ -150,6 +150,12 @@ class LedgerUnavailable(SafetyStop):
     code = "ledger_unavailable"
 
 
+class QueueUnavailable(SafetyStop):
+    """Redis as the Celery broker or result backend does not answer."""
+
+    code = "queue_unavailable"
+
+
 # ---- broker and providers ------------------------------------------------------------------
 
 

@@ -1,7 +1,10 @@
 """``revise submit``: ``revise run`` through the Celery deployment.
 
 With ``--wait`` it prints the same object as ``revise run`` and exits the same
-way; without it, the job id to follow in Flower or with ``revise show``.
+way (0 succeeded, 1 the run failed or stopped); 3 (``EXIT_UNKNOWN``) when it could
+not tell yet: the timeout passed, or the store or Redis did not answer for that
+long (a progress line on stderr says what it waits for, never a traceback).
+Without it, the job id to follow in Flower or with ``revise show``.
 """
 
 from pathlib import Path
@@ -15,6 +18,7 @@ from orchestrator import render
 from orchestrator.cli_common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_UNKNOWN,
     JsonFlag,
     RunId,
     emit,
@@ -24,7 +28,7 @@ from orchestrator.cli_common import (
     read_script,
 )
 
-EXIT_TIMEOUT = 3  # --wait gave up; the job keeps running
+EXIT_TIMEOUT = EXIT_UNKNOWN  # --wait gave up; the job keeps running
 
 
 def register(app: typer.Typer) -> None:
@@ -69,7 +73,8 @@ def register(app: typer.Typer) -> None:
                     f"`revise show {run_id}`"))
                 raise typer.Exit(EXIT_OK)
             try:
-                report = handle.wait(timeout)
+                report = handle.wait(timeout, progress=lambda line: err.print(
+                    f"[yellow]waiting[/]: {render.escape(line)}"))
             except TimeoutError as exc:
                 err.print(f"[yellow]timeout[/]: {render.escape(str(exc))}")
                 raise typer.Exit(EXIT_TIMEOUT) from None

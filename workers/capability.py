@@ -54,10 +54,29 @@ def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: di
                                        "origin": origin}, "capability call")
     except InvalidMessage as exc:
         return _refused(request_wire, exc)
-    ctx = self.context
     request = CallRequest.from_wire(request_wire)
+    try:
+        return _call(self, request, envelope_wire, origin)
+    except _StoreAway as away:
+        # Nothing was paid: the call goes back to the queue (same id) for when the store
+        # answers, and the sandbox job waiting on it keeps waiting.
+        raise self.retry(countdown=2.0, max_retries=150, exc=away.cause) from None
+
+
+class _StoreAway(Exception):
+    def __init__(self, cause: StoreUnavailable) -> None:
+        super().__init__(cause.message)
+        self.cause = cause
+
+
+def _call(self: ReviseTask, request: CallRequest, envelope_wire: dict[str, Any],
+          origin: Any) -> dict[str, Any]:
+    ctx = self.context
     job_id = self.request.id
-    revision = ctx.store.get_revision(request.run_id, request.revision)
+    try:
+        revision = ctx.store.get_revision(request.run_id, request.revision)
+    except StoreUnavailable as exc:
+        raise _StoreAway(exc) from None
     if revision is None or revision.status != "running":
         # A redelivery for a finished revision: nobody waits for it; acknowledge it at
         # once (no lease, no provider) and count it.
@@ -90,8 +109,12 @@ def capability(self: ReviseTask, request_wire: dict[str, Any], envelope_wire: di
     except BaseException:
         ctx.lease.release(grant)  # an unexpected error: let a redelivery decide again
         raise
-    if isinstance(report.stop, StoreUnavailable) and report.stop.fields.get("spool"):
-        ctx.drain_spool_in_background()  # the paid result waits in the spool for the store
+    if isinstance(report.stop, StoreUnavailable):
+        if report.stop.fields.get("spool"):
+            ctx.drain_spool_in_background()  # the paid result waits in the spool
+        elif not report.attempted:
+            ctx.lease.release(grant, counted=False)
+            raise _StoreAway(report.stop)
     answer = report.to_wire() | {"origin": origin}
     ctx.lease.finish(grant, answer)
     return answer

@@ -63,6 +63,23 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         return {"run_id": name_in(job, "run_id", "run id"),
                 "revision": revision if type(revision) is int else None,
                 "status": "failed", "deliveries": 0, "error": exc.to_json()}
+    try:
+        return _deliver(self, job)
+    except StoreUnavailable as exc:
+        # The store is away: nothing true can be written now. The job goes back to the
+        # queue (same id; the lease was released) and is taken over when the store
+        # answers: committed calls replay, paid results wait in the broker's spool.
+        log.warning("job %s: %s; trying again in %.0f s", self.request.id, exc.message,
+                    _STORE_RETRY_SECONDS)
+        raise self.retry(countdown=_STORE_RETRY_SECONDS, max_retries=_STORE_RETRIES,
+                         exc=exc) from None
+
+
+_STORE_RETRY_SECONDS = 3.0
+_STORE_RETRIES = 100  # about five minutes of outage
+
+
+def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     ctx = self.context
     stale = _stale(ctx, job)
     if stale is not None:
@@ -74,14 +91,18 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         log.info("job %s is running in %s; this delivery is a duplicate", self.request.id,
                  grant.holder)
         raise Ignore()
-    if grant.verdict is Verdict.GIVE_UP:
-        report = _give_up(ctx, job, grant)
-    elif not ctx.store.start_job(job["job_id"], job["run_id"], job["revision"],
-                                 current_owner()):
-        ctx.lease.release(grant)  # finished or lost while this delivery waited
-        return _stale(ctx, job) or {}
-    else:
-        report = _run_held(ctx, job, grant)
+    try:
+        if grant.verdict is Verdict.GIVE_UP:
+            report = _give_up(ctx, job, grant)
+        elif not ctx.store.start_job(job["job_id"], job["run_id"], job["revision"],
+                                     current_owner()):
+            ctx.lease.release(grant)  # finished or lost while this delivery waited
+            return _stale(ctx, job) or {}
+        else:
+            report = _run_held(ctx, job, grant)
+    except StoreUnavailable:
+        ctx.lease.release(grant, counted=False)
+        raise
     answer = {"run_id": job["run_id"], "revision": job["revision"],
               "status": str(report.status), "deliveries": grant.starts}
     ctx.lease.finish(grant, answer)
@@ -116,6 +137,8 @@ def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunRepor
     try:
         with ctx.lease.hold(grant):
             return _run(ctx, job, grant.starts)
+    except StoreUnavailable:
+        raise  # the caller queues the job again; its revision is still running
     except BaseException as exc:
         # Leave a visible state, then let Celery see the error; the lease is released
         # so an operator's resubmission is not mistaken for a duplicate.
