@@ -104,6 +104,7 @@ class JobHandle:
 
     def send(self) -> None:
         with _transport(self.client, "queueing the job"):
+            self.client.broker_redis.ping()  # a clear error now, not Celery's retry loop
             self.client.app.send_task(DISPATCH_TASK, args=[self._job], task_id=self.job_id,
                                       queue=self.client.app.routing.queue("dispatch"))
         self._sent_at = time.monotonic()

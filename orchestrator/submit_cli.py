@@ -7,6 +7,7 @@ long (a progress line on stderr says what it waits for, never a traceback).
 Without it, the job id to follow in Flower or with ``revise show``.
 """
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -53,6 +54,10 @@ def register(app: typer.Typer) -> None:
         """
         from orchestrator.client import Client
         from orchestrator.inputs import MISSING, resolve_inputs
+
+        # Celery's result backend logs its reconnect attempts with tracebacks; an outage
+        # reaches the user as one named error or a progress line instead.
+        logging.getLogger("celery.backends").setLevel(logging.CRITICAL + 1)
 
         source = read_script(script)
         given_args = read_json(args) if args is not None else MISSING

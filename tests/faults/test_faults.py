@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -33,10 +34,34 @@ SHOTS = 4
 SCRIPT = script("fault_fanout")
 
 
-def _submit(stack: Any, name: str) -> dict[str, Any]:
-    return {f"{name}-{i}": stack.client.submit(
+class Waiting:
+    """A client per job waiting in its own thread while the fault happens."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+        self.report: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.progress: list[str] = []
+        self.thread = threading.Thread(target=self._wait, daemon=True)
+        self.thread.start()
+
+    def _wait(self) -> None:
+        try:
+            self.report = self.handle.wait(240, progress=self.progress.append)
+        except BaseException as exc:  # reported by the test, with the job
+            self.error = exc
+
+    def result(self) -> dict[str, Any]:
+        self.thread.join(250)
+        assert self.error is None, f"{self.handle.run_id}: the client failed: {self.error!r}"
+        assert self.report is not None, f"{self.handle.run_id}: no answer"
+        return self.report
+
+
+def _submit(stack: Any, name: str) -> dict[str, Waiting]:
+    return {f"{name}-{i}": Waiting(stack.client.submit(
         SCRIPT, {"shots": [f"{name} {i} shot {k}" for k in range(SHOTS)]}, Envelope(),
-        f"{name}-{i}") for i in range(JOBS)}
+        f"{name}-{i}")) for i in range(JOBS)}
 
 
 _TELLING = ("commit_recovered", "attempt_unresolved", "revision_lost", "job_requeued",
@@ -50,9 +75,8 @@ def _paid_so_far(stack: Any, name: str) -> int:
 def _settle(stack: Any, handles: dict[str, Any], fixed_at: float, name: str) -> None:
     """Wait out every run (clients wait through the outage), resume what a fault stopped
     the way an operator would, then check the invariants and a new job."""
-    reports = {}
-    for run_id, handle in handles.items():
-        reports[run_id] = handle.wait(240, progress=lambda line: print("  client:", line))
+    reports = {run_id: waiting.result() for run_id, waiting in handles.items()}
+    progress = [line for waiting in handles.values() for line in waiting.progress]
     wait_for(lambda: not [r for r in handles if stack.store.get_run(r).status ==
                           RunStatus.RUNNING], 120, "no run left running")
     settled = time.monotonic() - fixed_at
@@ -75,7 +99,9 @@ def _settle(stack: Any, handles: dict[str, Any], fixed_at: float, name: str) -> 
           f"resumed by resubmission; first outcomes "
           f"{dict(Counter(r['status'] for r in first.values()))}; paid calls "
           f"{_paid_so_far(stack, name)}; events " + ", ".join(
-              f"{k}={kinds[k]}" for k in _TELLING if kinds[k]))
+              f"{k}={kinds[k]}" for k in _TELLING if kinds[k])
+          + f"; client progress lines {len(progress)}"
+          + (f", e.g. {progress[0]!r}" if progress else ""))
 
 
 def _args(stack: Any, run_id: str) -> Any:
