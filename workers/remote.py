@@ -37,8 +37,14 @@ from celery.exceptions import TimeoutError as CeleryTimeout
 
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.envelope import Envelope
-from broker.errors import AttemptInFlight, AttemptUnresolved, BrokerError, StoreUnavailable
-from broker.records import AttemptStatus
+from broker.errors import (
+    AttemptInFlight,
+    AttemptUnresolved,
+    BrokerError,
+    StoreError,
+    StoreUnavailable,
+)
+from broker.records import AttemptRecord, AttemptStatus
 from broker.store import RunStore
 from orchestrator.reconcile import attempt_expired
 from workers.routing import CAPABILITY_TASK, Routing
@@ -138,6 +144,8 @@ class RemoteExecutor:
                 attempt.status is AttemptStatus.UNRESOLVED
                 or (attempt.status is AttemptStatus.PENDING
                     and attempt_expired(attempt, self.lease_seconds))):
+            if attempt.status is AttemptStatus.PENDING:
+                self._mark_unresolved(attempt)
             stop = AttemptUnresolved(
                 f"{request.identity} has an unresolved attempt (#{attempt.number}, owner "
                 f"{attempt.owner}): its broker worker is gone and the provider may or may "
@@ -155,6 +163,22 @@ class RemoteExecutor:
             except Exception as exc:  # Redis is away: the message may come back with it
                 log.warning("cannot look for the task of %s: %s", request.identity, exc)
         return None
+
+    def _mark_unresolved(self, attempt: AttemptRecord) -> None:
+        """Say so in the store at once (the reconciler's sweep would, a sweep later), so the
+        operator can reconcile as soon as the run shows blocked."""
+        assert self.store is not None
+        try:
+            self.store.resolve_attempt(attempt.id, AttemptStatus.UNRESOLVED,
+                                       operator="sandbox worker",
+                                       reason="its owner is gone or its lease expired")
+            self.store.add_event(attempt.run_id, "attempt_unresolved",
+                                 f"attempt #{attempt.number} at {attempt.identity} never "
+                                 "committed; an operator must reconcile it",
+                                 identity=attempt.identity, revision=attempt.revision,
+                                 data={"attempt_id": attempt.id})
+        except (StoreError, StoreUnavailable):
+            pass  # committed or marked meanwhile, or the sweep will
 
     def _no_answer(self, request: CallRequest, why: str) -> CallReport:
         stop = AttemptInFlight(
