@@ -181,7 +181,7 @@ class JobHandle:
             except TRANSIENT as exc:
                 if progress is not None and time.monotonic() - said > 5:
                     progress(f"job {self.job_id} (run {self.run_id}) was {last_status}; "
-                             f"waiting for {exc.message}")
+                             f"still waiting, because {exc.message}")
                     said = time.monotonic()
                 delay = 1.0
             if deadline is not None and time.monotonic() >= deadline:

@@ -63,7 +63,9 @@ class WorkerContext:
             return None
         return RedisLedger(self.redis, slots=self.store.list_slots,
                            fail_closed=self.settings.ledger_fail_closed,
-                           prefix=f"revise:{self.queue.queue_prefix}ledger:")
+                           prefix=f"revise:{self.queue.queue_prefix}ledger:",
+                           on_event=lambda run_id, kind, message: self.store.add_event(
+                               run_id, kind, message))
 
     @cached_property
     def lease(self) -> JobLease:

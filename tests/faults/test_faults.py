@@ -65,7 +65,7 @@ def _submit(stack: Any, name: str) -> dict[str, Waiting]:
 
 
 _TELLING = ("commit_recovered", "attempt_unresolved", "revision_lost", "job_requeued",
-            "stale_delivery", "redelivered")
+            "stale_delivery", "redelivered", "ledger_rebuilt", "ledger_entry_missing")
 
 
 def _paid_so_far(stack: Any, name: str) -> int:
@@ -138,6 +138,10 @@ def _check_invariants(stack: Any, run_ids: list[str]) -> None:
         if line["outcome"] == "ok" and (slot is None or slot.result != line["result"]):
             lost.append((line["run_id"], line["identity"]))
     assert lost == [], f"paid results not committed: {lost}"
+    untrue = [(e.run_id, e.identity) for run_id in run_ids
+              for e in stack.store.list_events(run_id) if "not dispatched" in e.message
+              and e.identity in {str(s.identity) for s in stack.store.list_slots(run_id)}]
+    assert untrue == [], f"events say 'not dispatched' for committed calls: {untrue}"
     running = [r for r in run_ids if stack.store.get_run(r).status == RunStatus.RUNNING]
     assert running == [], f"runs left running: {running}"
     for run_id in run_ids:
