@@ -179,6 +179,8 @@ class JobHandle:
                 if last_status == QUEUED:
                     self._resend_if_lost()
             except TRANSIENT as exc:
+                if self._dispatched is not None and self._dispatched.get("error"):
+                    raise  # the dispatcher's final answer, not an outage seen from here
                 if progress is not None and time.monotonic() - said > 5:
                     progress(f"job {self.job_id} (run {self.run_id}) was {last_status}; "
                              f"still waiting, because {exc.message}")

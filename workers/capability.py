@@ -121,15 +121,18 @@ def _call(self: ReviseTask, request: CallRequest, envelope_wire: dict[str, Any],
 
 
 @worker_ready.connect
-def drain_spool_on_start(sender: Any = None, **_: Any) -> None:
+def on_broker_worker_start(sender: Any = None, **_: Any) -> None:
     """A broker worker's first duty after a restart: commit the paid results its host's
     spool kept while the store did not answer (in the background: the store may still
-    be away)."""
+    be away). Then it says it is alive, for sandbox jobs waiting on queued calls."""
     consumer_app = getattr(sender, "app", None)
     if consumer_app is not app or app.routing.queue("capabilities") not in (
             app.amqp.queues.consume_from or {}):
         return
-    app.tasks[CAPABILITY_TASK].context.drain_spool_in_background()
+    ctx = app.tasks[CAPABILITY_TASK].context
+    ctx.drain_spool_in_background()
+    name = getattr(sender, "hostname", None) or "broker"
+    ctx.brokers.keep_beating(name, ctx.settings.attempt_lease_seconds / 3)
 
 
 def _refused(request_wire: Any, exc: InvalidMessage) -> dict[str, Any]:

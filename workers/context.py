@@ -26,6 +26,7 @@ from sandbox.select import select_runner
 from workers.config import WorkerSettings
 from workers.lease import JobLease
 from workers.ledger_redis import RedisLedger
+from workers.roster import Roster
 from workers.routing import Routing
 
 log = logging.getLogger("revise.workers")
@@ -55,6 +56,11 @@ class WorkerContext:
         """The Celery transport's Redis (to see whether a message is still there)."""
         return redis.Redis.from_url(self.settings.resolved_broker_url, socket_timeout=10,
                                     socket_connect_timeout=5)
+
+    @cached_property
+    def brokers(self) -> Roster:
+        """The broker workers that are alive (heartbeats in Redis)."""
+        return Roster(self.redis, f"revise:{self.queue.queue_prefix}brokers")
 
     @cached_property
     def ledger(self) -> Ledger | None:

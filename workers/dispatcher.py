@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.envelope import Envelope
-from broker.errors import ReviseError
+from broker.errors import ReviseError, StoreUnavailable
 from orchestrator.pipeline import Admitted, Pipeline
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
@@ -40,7 +40,15 @@ def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     except InvalidMessage as exc:
         return _answer(job_id, {"run_id": name_in(job, "run_id", "run id")},
                        error=exc.to_json())
-    ctx = self.context
+    try:
+        return _dispatch(self.context, job_id, job)
+    except StoreUnavailable as exc:
+        # Nothing was queued for a sandbox: the job goes back to the queue (same id) and
+        # is admitted when the store answers.
+        raise self.retry(countdown=3.0, max_retries=100, exc=exc) from None
+
+
+def _dispatch(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:
     accepted = ctx.store.get_job(job_id)
     if accepted is not None:  # accepted before (the answer may have been lost with Redis)
         return _answer(job_id, job, revision=accepted.revision, accepted=True)
@@ -62,6 +70,9 @@ def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     try:
         with ctx.lease.hold(grant):
             answer = _admit(ctx, job_id, job)
+    except StoreUnavailable:
+        ctx.lease.release(grant, counted=False)
+        raise
     except BaseException:
         ctx.lease.release(grant)
         raise
@@ -75,6 +86,8 @@ def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, An
     try:
         envelope = Envelope.model_validate(job["envelope"])
         admitted = pipeline.admit(job["run_id"], job["script"], job["args"], envelope)
+    except StoreUnavailable:
+        raise  # not an answer: the caller queues the job again
     except ReviseError as exc:
         return _answer(job_id, job, error=exc.to_json())
     if admitted.admission is None:

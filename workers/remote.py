@@ -22,8 +22,10 @@ answer (the result backend may have lost it); an attempt whose owner died or
 whose lease expired stops the call fail-closed (``AttemptUnresolved``) at once;
 a task whose message is neither queued nor delivered and that never claimed an
 attempt within a lease period was lost (a Redis restart): it is sent once more
-under the same id, then given up. ``capability_wait_seconds`` stays the outer
-bound. A result backend that does not answer is waited out like a slow task.
+under the same id, then given up; a task still queued while no broker worker
+has beaten (``workers.roster``) for a whole lease stops fail-closed.
+``capability_wait_seconds`` stays the outer bound. A result backend that does not
+answer is waited out like a slow task.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ from broker.errors import (
 from broker.records import AttemptRecord, AttemptStatus
 from broker.store import RunStore
 from orchestrator.reconcile import attempt_expired
+from workers.roster import Roster
 from workers.routing import CAPABILITY_TASK, Routing
 from workers.transport import Transport
 
@@ -63,7 +66,8 @@ def capability_task_id(job_id: str, request: CallRequest) -> str:
 class RemoteExecutor:
     def __init__(self, *, app: Celery, routing: Routing, envelope: Envelope, job_id: str,
                  wait_seconds: float, delivery: int = 1, store: RunStore | None = None,
-                 transport: Transport | None = None, lease_seconds: float = 30.0) -> None:
+                 transport: Transport | None = None, brokers: Roster | None = None,
+                 lease_seconds: float = 30.0) -> None:
         """``store`` and ``transport`` bound each wait by the call's liveness (without
         them only ``wait_seconds`` does)."""
         self.app = app
@@ -73,6 +77,7 @@ class RemoteExecutor:
         self.delivery = delivery
         self.store = store
         self.transport = transport
+        self.brokers = brokers
         self.lease_seconds = lease_seconds
         self._envelope_wire = envelope.model_dump(mode="json")
         self.timings: list[float] = []
@@ -93,6 +98,7 @@ class RemoteExecutor:
     def _wait(self, request: CallRequest, result: Any) -> CallReport:
         deadline = time.monotonic() + self.wait_seconds
         sent_at, resends = time.monotonic(), 0
+        nobody_since: float | None = None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
@@ -114,6 +120,14 @@ class RemoteExecutor:
             found = self._watch(request, sent_at)
             if isinstance(found, CallReport):
                 return found
+            if found == "queued":  # still queued: is any broker worker alive to take it?
+                if self._brokers_alive():
+                    nobody_since = None
+                elif nobody_since is None:
+                    nobody_since = time.monotonic()
+                elif time.monotonic() - nobody_since > self.lease_seconds:
+                    return self._no_answer(request, "no live broker worker for "
+                                           f"{self.lease_seconds:.0f} s")
             if found == "lost":
                 if resends >= _RESENDS:
                     return self._no_answer(request, "no broker worker took the call (its "
@@ -158,11 +172,20 @@ class RemoteExecutor:
                 and time.monotonic() - sent_at > self.lease_seconds:
             task_id = capability_task_id(self.job_id, request)
             try:
-                if not self.transport.holds(self.routing.queue("capabilities"), task_id):
-                    return "lost"
+                held = self.transport.holds(self.routing.queue("capabilities"), task_id)
             except Exception as exc:  # Redis is away: the message may come back with it
                 log.warning("cannot look for the task of %s: %s", request.identity, exc)
+                return None
+            return "queued" if held else "lost"
         return None
+
+    def _brokers_alive(self) -> bool:
+        if self.brokers is None:
+            return True
+        try:
+            return self.brokers.alive(self.lease_seconds) > 0
+        except Exception:  # Redis is away: no verdict on the brokers either
+            return True
 
     def _mark_unresolved(self, attempt: AttemptRecord) -> None:
         """Say so in the store at once (the reconciler's sweep would, a sweep later), so the

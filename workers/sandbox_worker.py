@@ -161,7 +161,7 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
         executor_for=lambda env: RemoteExecutor(
             app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
             wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
-            store=ctx.store, transport=Transport(ctx.broker_redis),
+            store=ctx.store, transport=Transport(ctx.broker_redis), brokers=ctx.brokers,
             lease_seconds=ctx.settings.attempt_lease_seconds))
     run_id, revision = job["run_id"], job["revision"]
     admission = Admission.from_wire(job["admission"], ctx.store.list_slots(run_id),
