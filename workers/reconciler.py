@@ -32,7 +32,11 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
         log.warning("run %s: attempt #%s at %s is unresolved (owner %s); an operator must "
                     "reconcile it", attempt.run_id, attempt.number, attempt.identity,
                     attempt.owner)
-    jobs = requeue_lost_jobs(ctx, app)
+    try:
+        jobs = requeue_lost_jobs(ctx, app)
+    except Exception as exc:  # Redis away: the revisions are still swept (store only)
+        log.warning("could not look for lost job messages: %s", exc)
+        jobs = {"requeued": [], "lost": []}
     lost = sweep_revisions(ctx.store, ctx.settings.revision_lease_seconds)
     for revision in lost:
         log.warning("run %s revision %s: %s; the run can be submitted again",
