@@ -426,6 +426,16 @@ class SqlStore:
             .order_by(revisions.c.created_at)).all(), write=False)
         return [revision_record(r) for r in rows]
 
+    def runs_behind(self) -> list[RevisionRecord]:
+        """The latest revision of each run still marked ``running`` whose latest revision
+        has finished (its runner could not write the run's status after the revision's)."""
+        rows = self._run("listing runs behind their revision", lambda c: c.execute(
+            select(revisions).join(runs, (runs.c.run_id == revisions.c.run_id)
+                                   & (runs.c.revisions == revisions.c.revision))
+            .where(runs.c.status == RunStatus.RUNNING.value,
+                   revisions.c.status != "running")).all(), write=False)
+        return [revision_record(r) for r in rows]
+
     def lose_revision(self, run_id: str, revision: int, reason: str, summary: dict[str, Any],
                       *, seen_heartbeat: datetime | None) -> bool:
         """Mark a running revision failed as lost, if its lease is still the one seen

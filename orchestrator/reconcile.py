@@ -133,7 +133,28 @@ def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | No
         if lose_revision(store, rev.run_id, rev.revision, reason,
                          seen_heartbeat=rev.heartbeat_at):
             lost.append(LostRevision(rev.run_id, rev.revision, reason))
+    settle_runs(store)
     return lost
+
+
+_RUN_STATUS = {"succeeded": RunStatus.SUCCEEDED, "failed": RunStatus.FAILED,
+               "stopped": RunStatus.STOPPED}
+
+
+def settle_runs(store: RunStore) -> list[str]:
+    """Runs still marked ``running`` although their latest revision finished (the store
+    went away between the revision's write and the run's) take the revision's state."""
+    settled = []
+    for rev in store.runs_behind():
+        error = (rev.summary or {}).get("error") or {}
+        status = _RUN_STATUS.get(rev.status, RunStatus.FAILED)
+        detail = str(error.get("message") or "")[:500] or None
+        if error.get("type") == "AttemptUnresolved":
+            status = RunStatus.BLOCKED
+            detail = f"blocked: unresolved attempt at {error.get('identity')}"
+        store.set_run_status(rev.run_id, status, detail)
+        settled.append(rev.run_id)
+    return settled
 
 
 def lose_revision(store: RunStore, run_id: str, revision: int, reason: str, *,

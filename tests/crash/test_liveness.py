@@ -89,3 +89,24 @@ def test_started_jobs_are_lost_with_their_worker_and_accepted_ones_wait(
         assert not store.start_job("job-started", "started", 1, current_owner())
     finally:
         store.close()
+
+
+def test_a_run_left_running_after_its_revision_finished_takes_the_revisions_state(
+        tmp_path: Path) -> None:
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        for run_id, status, error in (
+                ("ok", "succeeded", None),
+                ("blocked", "stopped", {"type": "AttemptUnresolved", "message": "m",
+                                        "identity": "orchestrate/#0@:0"})):
+            store.ensure_run(run_id)
+            number = store.add_revision(run_id, "src", "d")
+            # the store went away between the revision's write and the run's
+            store.finish_revision(run_id, number, status, {"error": error})
+        assert sweep_revisions(store, 30.0) == []
+        assert store.get_run("ok").status == "succeeded"
+        blocked = store.get_run("blocked")
+        assert (blocked.status, blocked.detail) == (
+            "blocked", "blocked: unresolved attempt at orchestrate/#0@:0")
+    finally:
+        store.close()
