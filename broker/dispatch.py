@@ -214,8 +214,6 @@ class Broker:
     def _spend(self, request: CallRequest, capability: Capability,
                attempt: AttemptRecord) -> CallReport:
         call = CallContext(request.run_id, str(request.identity), attempt.idempotency_key or "")
-        # The heartbeat covers the commit too: a commit retried through a store outage
-        # keeps its attempt fresh again as soon as the store answers.
         with _Heartbeat(self.store, attempt.id, self.settings.attempt_lease_seconds / 3):
             try:
                 answer = self._call_provider(request, capability, call, attempt)
@@ -246,7 +244,9 @@ class Broker:
     def _commit(self, slot: SlotRecord, attempt_id: int) -> SlotRecord:
         """Commit; when the store does not answer, spool the paid result (fsynced) and
         retry with backoff for ``commit_retry_seconds``. Past that the file stays in the
-        spool and a broker worker commits it when the store answers (``drain_spool``)."""
+        spool and a broker worker commits it when the store answers (``drain_spool``).
+        The caller's attempt heartbeat runs through the retries, so the attempt is fresh
+        again as soon as the store answers."""
         try:
             return self.store.commit(slot, attempt_id)
         except StoreUnavailable as exc:
