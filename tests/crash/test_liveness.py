@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from pathlib import Path
+from typing import Any
 
 from broker.envelope import Envelope
 from broker.owner import current_owner
@@ -33,12 +34,19 @@ def _number_and_die(url: str, run_id: str, source: str) -> None:
     os._exit(0)
 
 
+def _say_owner(conn: Any) -> None:
+    conn.send(current_owner())
+    os._exit(0)
+
+
 def _dead_owner() -> str:
-    proc = _FORK.Process(target=os._exit, args=(0,))
+    """The owner token of a process of this host that has exited (whatever the format)."""
+    parent, child = _FORK.Pipe()
+    proc = _FORK.Process(target=_say_owner, args=(child,))
     proc.start()
+    token = parent.recv()
     proc.join()
-    host, _pid, start, thread = current_owner().split(":")
-    return f"{host}:{proc.pid}:{start}:{thread}"
+    return token
 
 
 def test_a_revision_numbered_by_a_dead_dispatcher_is_failed_and_the_run_resumes(
