@@ -29,8 +29,8 @@ from ..workers.conftest import script, wait_for
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(600)]
 
-JOBS = 6
-SHOTS = 4
+JOBS = 10
+SHOTS = 8
 SCRIPT = script("fault_fanout")
 
 
@@ -97,7 +97,8 @@ def _settle(stack: Any, handles: dict[str, Any], fixed_at: float, name: str) -> 
     print(f"\nFAULT {name}: runs settled {settled:.1f} s and a new job succeeded "
           f"{recovered:.1f} s after the fault was repaired; {len(resumed)} of {JOBS} runs "
           f"resumed by resubmission; first outcomes "
-          f"{dict(Counter(r['status'] for r in first.values()))}; paid calls "
+          f"{dict(Counter(r['status'] for r in first.values()))} "
+          f"{sorted({r['error']['type'] for r in first.values() if r['error']})}; paid calls "
           f"{_paid_so_far(stack, name)}; events " + ", ".join(
               f"{k}={kinds[k]}" for k in _TELLING if kinds[k])
           + f"; client progress lines {len(progress)}"
