@@ -16,6 +16,7 @@ committed (or failed) call.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -23,7 +24,7 @@ from pydantic import ValidationError
 
 from broker.calls import CallReport, CallRequest
 from broker.envelope import Envelope
-from broker.errors import InputError, StoreError
+from broker.errors import InputError, StoreError, StoreUnavailable
 from broker.identity import canonical_json, sha256_hex
 from broker.records import RevisionRecord
 from broker.store import RunStore
@@ -191,12 +192,25 @@ class PayloadRecorder:
     write fails the call closed (the session reports it) before anything is spent.
     """
 
-    def __init__(self, store: RunStore, executor: Any) -> None:
+    def __init__(self, store: RunStore, executor: Any, *, wait_seconds: float = 0.0) -> None:
+        """``wait_seconds``: how long a store that does not answer is waited for (nothing
+        is spent yet, so a short outage need not stop the run)."""
         self.store = store
         self.executor = executor
+        self.wait_seconds = wait_seconds
 
     def execute(self, request: CallRequest) -> CallReport:
-        self.store.put_blob(request.run_id, "payload",
-                            payload_bytes(request.payload, request.take))
+        data = payload_bytes(request.payload, request.take)
+        deadline = time.monotonic() + self.wait_seconds
+        delay = 0.25
+        while True:
+            try:
+                self.store.put_blob(request.run_id, "payload", data)
+                break
+            except StoreUnavailable:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 4.0)
         report: CallReport = self.executor.execute(request)
         return report

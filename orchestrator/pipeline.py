@@ -156,7 +156,8 @@ class Pipeline:
             run_id=run_id, revision=revision, admission=admission, prefix=Prefix(slots),
             args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
             store=self.store, runner=self.runner,
-            executor=PayloadRecorder(self.store, self.executor_for(envelope)),
+            executor=PayloadRecorder(self.store, self.executor_for(envelope),
+                                     wait_seconds=self.settings.attempt_lease_seconds),
             rpc_dir=_rpc_dir(run_id, revision, delivery))
         self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
                              revision=revision)
