@@ -140,7 +140,7 @@ def sandbox_killed(stack: Stack, round_: int, sandbox: Any) -> tuple[dict[str, f
 
 
 def _row(name: str, values: list[float]) -> str:
-    return (f"{name:<52} {min(values):7.1f} {statistics.median(values):7.1f} "
+    return (f"{name:<62} {min(values):7.1f} {statistics.median(values):7.1f} "
             f"{max(values):7.1f}")
 
 
@@ -178,7 +178,7 @@ def main() -> None:
           f"{settings.revision_lease_seconds:.0f} s, sweep every "
           f"{stack.queue.reconcile_interval:.0f} s, visibility timeout "
           f"{stack.queue.visibility_timeout:.0f} s; {options.rounds} round(s)")
-    print(f"{'seconds after SIGKILL':<52} {'min':>7} {'median':>7} {'max':>7}")
+    print(f"{'seconds after SIGKILL':<62} {'min':>7} {'median':>7} {'max':>7}")
     for name, values in figures.items():
         print(_row(name, values))
     bound = 2 * settings.attempt_lease_seconds
