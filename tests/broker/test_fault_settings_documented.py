@@ -22,4 +22,4 @@ def test_each_outage_setting_has_a_row_with_its_real_default() -> None:
             "REVISE_MAX_REQUEUES", "REVISE_CELERY_RECONCILE_INTERVAL"]
     for name in ours:
         assert name in ROWS, f"{name} has no README settings row"
-        assert float(ROWS[name].strip()) == float(fields[name].default), name
+        assert float(ROWS[name].strip(" `")) == float(fields[name].default), name
