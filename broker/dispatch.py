@@ -30,6 +30,7 @@ from broker.errors import (
     BudgetExceeded,
     CapabilityDenied,
     CapabilityError,
+    LedgerUnavailable,
     OutcomeUnknown,
     ReplayDivergence,
     SafetyStop,
@@ -44,6 +45,7 @@ from broker.owner import current_owner, owner_alive
 from broker.providers import CallContext, Provider, idempotency_key
 from broker.records import AttemptRecord, AttemptStatus, Begin, SlotRecord
 from broker.settings import Settings
+from broker.spool import CommitSpool
 from broker.store import RunStore
 
 log = logging.getLogger("revise.broker")
@@ -83,15 +85,17 @@ def _price(name: str) -> float:
 class Broker:
     def __init__(self, *, store: RunStore, provider: Provider, envelope: Envelope,
                  settings: Settings, ledger: Ledger | None = None,
-                 owner: str | None = None) -> None:
+                 owner: str | None = None, spool: CommitSpool | None = None) -> None:
         """``ledger`` is a copy of the paid-payload ledger outside the store (Redis in a
-        deployment), checked before the claim transaction; None when the store is all."""
+        deployment), checked before the claim transaction; None when the store is all.
+        ``spool`` keeps paid results whose commit failed (default: ``settings.spool_dir``)."""
         self.store = store
         self.ledger = ledger
         self.provider = provider
         self.envelope = envelope
         self.settings = settings
         self._owner = owner
+        self.spool = spool or CommitSpool(settings.spool_dir)
 
     @property
     def owner(self) -> str:
@@ -127,8 +131,15 @@ class Broker:
 
     def _ledger_precheck(self, request: CallRequest, ledger: Ledger) -> None:
         """A fast look in the deployment's ledger copy; the claim transaction re-checks."""
-        paid = ledger.paid(request.run_id, request.capability, request.digest,
-                                request.revision)
+        try:
+            paid = ledger.paid(request.run_id, request.capability, request.digest,
+                               request.revision)
+        except LedgerUnavailable:
+            # A call already committed (a redelivery after a Redis loss) is replayed by the
+            # claim transaction: it was paid, so never report it as "not dispatched".
+            if self.store.get_slot(request.run_id, request.identity) is not None:
+                return
+            raise
         paid = [i for i in paid if i != request.identity]
         if paid:
             raise self._repeat(request, str(paid[0]))
@@ -216,20 +227,80 @@ class Broker:
                 self.store.fail_attempt(attempt.id, error)
                 return CallReport(request.identity, capability.name, Outcome.FAILED,
                                   error=error, attempted=True, cost=capability.unit_price)
-        slot = SlotRecord(run_id=request.run_id, identity=request.identity,
-                          capability=capability.name, digest=request.digest,
-                          fingerprint=request.fingerprint, result=answer.result,
-                          usage=answer.usage, cost=answer.cost, revision=request.revision,
-                          chain_fingerprint=request.chain_fingerprint, line=request.line)
-        try:
-            stored = self.store.commit(slot, attempt.id)
-        except SlotConflict as exc:
-            raise ReplayDivergence(exc.message, identity=str(request.identity)) from None
+            slot = SlotRecord(run_id=request.run_id, identity=request.identity,
+                              capability=capability.name, digest=request.digest,
+                              fingerprint=request.fingerprint, result=answer.result,
+                              usage=answer.usage, cost=answer.cost, revision=request.revision,
+                              chain_fingerprint=request.chain_fingerprint, line=request.line)
+            try:
+                stored = self._commit(slot, attempt.id)
+            except SlotConflict as exc:
+                raise ReplayDivergence(exc.message, identity=str(request.identity)) from None
         if self.ledger is not None:
             self.ledger.record(stored)
         return CallReport(request.identity, capability.name, Outcome.EXECUTED,
                           result=stored.result, attempted=True, cost=answer.cost,
                           committed_by=stored.revision)
+
+    # ---- the commit of a paid result: never lost -------------------------------------------
+
+    def _commit(self, slot: SlotRecord, attempt_id: int) -> SlotRecord:
+        """Commit; when the store does not answer, spool the paid result (fsynced) and
+        retry with backoff for ``commit_retry_seconds``. Past that the file stays in the
+        spool and a broker worker commits it when the store answers (``drain_spool``).
+        The caller's attempt heartbeat runs through the retries, so the attempt is fresh
+        again as soon as the store answers."""
+        try:
+            return self.store.commit(slot, attempt_id)
+        except StoreUnavailable as exc:
+            path = self.spool.keep(slot, attempt_id)
+            log.warning("commit of the paid result at %s in run %s failed (%s); kept in %s, "
+                        "retrying", slot.identity, slot.run_id, exc.message, path)
+        deadline = time.monotonic() + self.settings.commit_retry_seconds
+        delay = 0.25
+        while True:
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            try:
+                stored = self.store.commit(slot, attempt_id)
+            except StoreUnavailable as exc:
+                if time.monotonic() < deadline:
+                    delay = min(delay * 2, 5.0)
+                    continue
+                raise StoreUnavailable(
+                    f"{exc.message}. The provider answered the call at {slot.identity}; its "
+                    f"result is kept in {path} and a broker worker commits it when the "
+                    "store answers (it is never paid again)", identity=str(slot.identity),
+                    spool=str(path)) from None
+            except SlotConflict:
+                self.spool.remove(path)
+                raise
+            self.spool.remove(path)
+            self._event_at(slot, "commit_recovered", "the paid result was kept in the "
+                           "spool while the store did not answer and is now committed")
+            return stored
+
+    def drain_spool(self) -> int:
+        """Commit every spooled paid result (a worker's first duty after a restart)."""
+        def commit(slot: SlotRecord, attempt_id: int | None) -> None:
+            try:
+                stored = self.store.commit(slot, attempt_id)
+            except SlotConflict as exc:  # another result is the truth: nothing to keep
+                log.error("spooled result at %s in run %s conflicts: %s", slot.identity,
+                          slot.run_id, exc.message)
+                return
+            if self.ledger is not None:
+                self.ledger.record(stored)
+            self._event_at(slot, "commit_recovered", "a paid result kept in the spool is "
+                           "now committed")
+
+        return self.spool.drain(commit)
+
+    def _event_at(self, slot: SlotRecord, kind: str, message: str) -> None:
+        try:
+            self.store.add_event(slot.run_id, kind, message, revision=slot.revision,
+                                 identity=slot.identity)
+        except StoreUnavailable:
+            log.warning("could not record event %s for %s", kind, slot.identity)
 
     def _call_provider(self, request: CallRequest, capability: Capability, call: CallContext,
                        attempt: AttemptRecord) -> Any:

@@ -208,6 +208,13 @@ class SandboxUnavailable(SandboxError):
     code = "sandbox_unavailable"
 
 
+class RevisionLost(SandboxError):
+    """The revision's owner (sandbox worker, dispatcher, embedded run) died or its job
+    message was lost; the reconciler failed it and the run can be submitted again."""
+
+    code = "revision_lost"
+
+
 class ScriptError(SandboxError):
     """The script raised (or returned something that is not JSON)."""
 

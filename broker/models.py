@@ -34,6 +34,8 @@ from broker.identity import Identity
 from broker.records import (
     AttemptRecord,
     AttemptStatus,
+    JobRecord,
+    JobStatus,
     RevisionRecord,
     RunRecord,
     RunStatus,
@@ -111,6 +113,27 @@ class Revision(Base):
     # NULL for revisions written before the store kept inputs.
     args_digest: Mapped[str | None] = mapped_column(String(64))
     envelope_digest: Mapped[str | None] = mapped_column(String(64))
+    # The revision's lease: who runs it and when it last said so (NULL before 0004).
+    owner: Mapped[str | None] = mapped_column(String(200))
+    heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Job(Base):
+    """A job the dispatcher accepted, with the sandbox message it queued: Redis is the
+    transport, this row is the truth (a lost message is queued again from here)."""
+
+    __tablename__ = "jobs"
+    __table_args__ = (Index(None, "status"), Index(None, "run_id", "revision"))
+
+    job_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    run_id: Mapped[str] = mapped_column(
+        String(200), ForeignKey("runs.run_id", ondelete="CASCADE"))
+    revision: Mapped[int] = mapped_column(Integer)
+    status: Mapped[str] = mapped_column(String(20))  # accepted | started | finished | lost
+    message: Mapped[dict[str, Any]] = mapped_column(JSON)
+    requeues: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class Blob(Base):
@@ -281,4 +304,11 @@ def revision_record(row: Any) -> RevisionRecord:
     return RevisionRecord(run_id=row.run_id, revision=row.revision,
                           source_digest=row.source_digest, source_text=row.source_text,
                           status=row.status, created_at=row.created_at, summary=row.summary,
-                          args_digest=row.args_digest, envelope_digest=row.envelope_digest)
+                          args_digest=row.args_digest, envelope_digest=row.envelope_digest,
+                          owner=row.owner, heartbeat_at=row.heartbeat_at)
+
+
+def job_record(row: Any) -> JobRecord:
+    return JobRecord(job_id=row.job_id, run_id=row.run_id, revision=row.revision,
+                     status=JobStatus(row.status), message=row.message, requeues=row.requeues,
+                     created_at=row.created_at, updated_at=row.updated_at)

@@ -108,6 +108,27 @@ class RevisionRecord:
     summary: dict[str, Any] | None = None
     args_digest: str | None = None  # the run's inputs as this revision received them
     envelope_digest: str | None = None
+    owner: str | None = None  # the revision's lease: its runner, and when it last renewed
+    heartbeat_at: datetime | None = None
+
+
+class JobStatus(StrEnum):
+    ACCEPTED = "accepted"  # the dispatcher numbered it and queued its sandbox message
+    STARTED = "started"  # a sandbox worker took it (the revision's lease is that worker's)
+    FINISHED = "finished"
+    LOST = "lost"  # its message or its worker was lost; the revision is failed, resumable
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    job_id: str
+    run_id: str
+    revision: int
+    status: JobStatus
+    message: dict[str, Any]
+    requeues: int
+    created_at: datetime
+    updated_at: datetime
 
 
 @dataclass(frozen=True)

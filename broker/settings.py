@@ -85,8 +85,23 @@ class Settings(BaseSettings):
     # Fail-closed switch: the permissive opt-out is an explicit operator decision.
     ledger_fail_closed: bool = True
     attempt_lease_seconds: float = Field(
-        default=120.0, description="a pending attempt older than this whose owner is gone "
-        "is unresolved")
+        default=30.0, gt=0, description="a pending attempt whose heartbeat (every third of "
+        "this) is older than this is unresolved; on the owner's host a dead owner is seen "
+        "at once")
+    commit_retry_seconds: float = Field(
+        default=600.0, ge=0, description="how long a broker worker retries the commit of a "
+        "paid result while the store does not answer; the result is kept in the spool "
+        "(HOME/spool, fsynced) meanwhile and after, until a worker commits it")
+    revision_lease_seconds: float = Field(
+        default=30.0, gt=0, description="a running revision whose owner (dispatcher, sandbox "
+        "worker, embedded run) has not renewed its lease in the store for this long is "
+        "lost: the reconciler marks it failed with the reason and the run resumable")
+    requeue_after_seconds: float = Field(
+        default=30.0, gt=0, description="an accepted job no sandbox worker started for this "
+        "long whose queue message is gone (a Redis loss) is queued again by the reconciler")
+    max_requeues: int = Field(
+        default=3, ge=0, le=100, description="times the reconciler queues one lost job again "
+        "before it marks the revision failed (lost: job message lost)")
     provider: str = Field(default="local", description="local | http")
     provider_base_url: str | None = None
     provider_api_key: SecretStr | None = None
@@ -167,6 +182,10 @@ class Settings(BaseSettings):
     @property
     def provider_log_path(self) -> Path:
         return self.home / "provider-log.jsonl"
+
+    @property
+    def spool_dir(self) -> Path:
+        return self.home / "spool"
 
     @property
     def artifacts_dir(self) -> Path:

@@ -37,9 +37,16 @@ from broker import models
 from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
 from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
-from broker.models import attempt_record, revision_record, run_record, slot_record
+from broker.models import (
+    attempt_record,
+    job_record,
+    revision_record,
+    run_record,
+    slot_record,
+)
 from broker.names import validate_name
 from broker.outage import describe, where
+from broker.owner import current_owner
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
     AttemptRecord,
@@ -48,6 +55,8 @@ from broker.records import (
     CertificateRecord,
     Claim,
     EventRecord,
+    JobRecord,
+    JobStatus,
     RevisionRecord,
     RunRecord,
     RunStatus,
@@ -64,6 +73,7 @@ certificates = cast(Table, models.Certificate.__table__)
 orphans = cast(Table, models.Orphan.__table__)
 events = cast(Table, models.Event.__table__)
 blobs = cast(Table, models.Blob.__table__)
+jobs = cast(Table, models.Job.__table__)
 
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
 _NOT_CLAIMABLE = {*_OPEN, AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
@@ -110,7 +120,8 @@ def put_blob_txn(conn: Connection, run_id: str, kind: str, data: bytes) -> str:
 
 
 def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str,
-                     args: bytes | None = None, envelope: bytes | None = None) -> int:
+                     args: bytes | None = None, envelope: bytes | None = None,
+                     owner: str | None = None) -> int:
     """Number the next revision; its inputs (canonical JSON bytes) are stored with it."""
     now = models.utcnow()
     # Touching the run first locks its row on PostgreSQL, which serializes
@@ -127,7 +138,8 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     conn.execute(insert(revisions).values(run_id=run_id, revision=number, source_text=source_text,
                                           source_digest=source_digest, status="running",
                                           summary=None, created_at=now, args_digest=args_digest,
-                                          envelope_digest=envelope_digest))
+                                          envelope_digest=envelope_digest, owner=owner,
+                                          heartbeat_at=now))
     conn.execute(update(runs).where(runs.c.run_id == run_id).values(revisions=number))
     return number
 
@@ -392,8 +404,10 @@ class SqlStore:
 
     def add_revision(self, run_id: str, source_text: str, source_digest: str, *,
                      args: bytes | None = None, envelope: bytes | None = None) -> int:
+        """Number the next revision; its lease starts now, held by this process."""
+        owner = current_owner()
         return self._run("adding a revision", lambda c: add_revision_txn(
-            c, run_id, source_text, source_digest, args, envelope), race_retries=50)
+            c, run_id, source_text, source_digest, args, envelope, owner), race_retries=50)
 
     def finish_revision(self, run_id: str, revision: int, status: str,
                         summary: dict[str, Any]) -> None:
@@ -414,6 +428,119 @@ class SqlStore:
         rows = self._run("listing revisions", lambda c: c.execute(select(revisions).where(
             revisions.c.run_id == run_id).order_by(revisions.c.revision)).all(), write=False)
         return [revision_record(r) for r in rows]
+
+    # -- liveness: revision leases and accepted jobs --
+
+    def heartbeat_revision(self, run_id: str, revision: int, owner: str) -> bool:
+        """Renew a running revision's lease for ``owner``; False once it is not running."""
+        result = self._run("renewing a revision lease", lambda c: c.execute(
+            update(revisions).where(revisions.c.run_id == run_id,
+                                    revisions.c.revision == revision,
+                                    revisions.c.status == "running")
+            .values(owner=owner, heartbeat_at=models.utcnow())))
+        return result.rowcount > 0
+
+    def running_revisions(self) -> list[RevisionRecord]:
+        rows = self._run("listing running revisions", lambda c: c.execute(
+            select(revisions).where(revisions.c.status == "running")
+            .order_by(revisions.c.created_at)).all(), write=False)
+        return [revision_record(r) for r in rows]
+
+    def runs_behind(self) -> list[RevisionRecord]:
+        """The latest revision of each run still marked ``running`` whose latest revision
+        has finished (its runner could not write the run's status after the revision's)."""
+        rows = self._run("listing runs behind their revision", lambda c: c.execute(
+            select(revisions).join(runs, (runs.c.run_id == revisions.c.run_id)
+                                   & (runs.c.revisions == revisions.c.revision))
+            .where(runs.c.status == RunStatus.RUNNING.value,
+                   revisions.c.status != "running")).all(), write=False)
+        return [revision_record(r) for r in rows]
+
+    def lose_revision(self, run_id: str, revision: int, reason: str, summary: dict[str, Any],
+                      *, seen_heartbeat: datetime | None) -> bool:
+        """Mark a running revision failed as lost, if its lease is still the one seen
+        (nobody renewed it meanwhile); its job is lost and the run failed with the reason
+        (a run blocked on an unresolved attempt stays blocked). One transaction."""
+        def txn(conn: Connection) -> bool:
+            beat = revisions.c.heartbeat_at
+            done = conn.execute(update(revisions).where(
+                revisions.c.run_id == run_id, revisions.c.revision == revision,
+                revisions.c.status == "running",
+                beat.is_(None) if seen_heartbeat is None else beat == seen_heartbeat)
+                .values(status="failed", summary=summary))
+            if done.rowcount == 0:
+                return False
+            now = models.utcnow()
+            conn.execute(update(jobs).where(jobs.c.run_id == run_id,
+                                            jobs.c.revision == revision)
+                         .values(status=JobStatus.LOST.value, updated_at=now))
+            conn.execute(update(runs).where(
+                runs.c.run_id == run_id, runs.c.revisions == revision,
+                runs.c.status != RunStatus.BLOCKED.value)
+                .values(status=RunStatus.FAILED.value, detail=reason[:500], updated_at=now))
+            return True
+
+        return self._run("marking a lost revision", txn)
+
+    def accept_job(self, job_id: str, run_id: str, revision: int,
+                   message: dict[str, Any]) -> JobRecord:
+        """Record a job the dispatcher queued (once: a redelivery finds the first)."""
+        def txn(conn: Connection) -> JobRecord:
+            now = models.utcnow()
+            conn.execute(_upsert(conn, jobs).values(
+                job_id=job_id, run_id=run_id, revision=revision,
+                status=JobStatus.ACCEPTED.value, message=message, requeues=0,
+                created_at=now, updated_at=now).on_conflict_do_nothing(
+                    index_elements=["job_id"]))
+            return job_record(conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one())
+
+        return self._run("recording an accepted job", txn)
+
+    def get_job(self, job_id: str) -> JobRecord | None:
+        row = self._run("reading a job", lambda c: c.execute(
+            select(jobs).where(jobs.c.job_id == job_id)).first(), write=False)
+        return None if row is None else job_record(row)
+
+    def job_for_revision(self, run_id: str, revision: int) -> JobRecord | None:
+        row = self._run("reading a job", lambda c: c.execute(
+            select(jobs).where(jobs.c.run_id == run_id, jobs.c.revision == revision)
+            .order_by(jobs.c.created_at.desc()).limit(1)).first(), write=False)
+        return None if row is None else job_record(row)
+
+    def list_jobs(self, statuses: frozenset[JobStatus]) -> list[JobRecord]:
+        rows = self._run("listing jobs", lambda c: c.execute(
+            select(jobs).where(jobs.c.status.in_([JobStatus(s).value for s in statuses]))
+            .order_by(jobs.c.created_at)).all(), write=False)
+        return [job_record(r) for r in rows]
+
+    def start_job(self, job_id: str, run_id: str, revision: int, owner: str) -> bool:
+        """A sandbox worker takes the job: the revision's lease becomes ``owner``'s.
+        False when the revision is no longer running (a stale delivery)."""
+        def txn(conn: Connection) -> bool:
+            now = models.utcnow()
+            conn.execute(update(jobs).where(
+                jobs.c.job_id == job_id, jobs.c.status.in_(
+                    [JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
+                .values(status=JobStatus.STARTED.value, updated_at=now))
+            done = conn.execute(update(revisions).where(
+                revisions.c.run_id == run_id, revisions.c.revision == revision,
+                revisions.c.status == "running").values(owner=owner, heartbeat_at=now))
+            return done.rowcount > 0
+
+        return self._run("starting a job", txn)
+
+    def finish_job(self, job_id: str) -> None:
+        self._run("finishing a job", lambda c: c.execute(update(jobs).where(
+            jobs.c.job_id == job_id).values(status=JobStatus.FINISHED.value,
+                                            updated_at=models.utcnow())))
+
+    def requeued_job(self, job_id: str, seen_requeues: int) -> bool:
+        """Count one more requeue of an accepted job, if nobody else counted it first."""
+        result = self._run("counting a requeue", lambda c: c.execute(update(jobs).where(
+            jobs.c.job_id == job_id, jobs.c.status == JobStatus.ACCEPTED.value,
+            jobs.c.requeues == seen_requeues).values(requeues=seen_requeues + 1,
+                                                     updated_at=models.utcnow())))
+        return result.rowcount > 0
 
     # -- blobs (inputs and payloads by digest) --
 
@@ -505,6 +632,12 @@ class SqlStore:
                                                        for s in statuses]))
         rows = self._run("listing attempts", lambda c: c.execute(query).all(), write=False)
         return [attempt_record(r) for r in rows]
+
+    def latest_attempt(self, run_id: str, identity: Identity) -> AttemptRecord | None:
+        row = self._run("reading an attempt", lambda c: c.execute(
+            select(attempts).where(_at(attempts, run_id, identity))
+            .order_by(attempts.c.number.desc()).limit(1)).first(), write=False)
+        return None if row is None else attempt_record(row)
 
     def mark_unresolved(self, stale_before: datetime) -> list[AttemptRecord]:
         """Pending attempts without a heartbeat since ``stale_before`` become unresolved.

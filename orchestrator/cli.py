@@ -261,27 +261,34 @@ def reconcile_cmd(
     artifact: Annotated[list[Path] | None, typer.Option(
         "--artifact", help="a file the result references (its SHA-256 is the artifact id), "
         "imported into the artifact store with the result; repeatable")] = None,
+    from_log: Annotated[Path | None, typer.Option(
+        "--from-log", help="a provider log (provider-log.jsonl): commit the result its ok "
+        "line for this run, identity and payload digest records")] = None,
     operator: Annotated[str, typer.Option("--operator", help="who decides (recorded)")] = "",
     reason: Annotated[str, typer.Option("--reason", help="why (recorded)")] = "",
     as_json: JsonFlag = False,
 ) -> None:
     """Resolve an unresolved attempt: write back its known result, or abandon it.
 
-    A result must have the capability's result shape, and every artifact it references
-    must be in the artifact store or given with --artifact FILE."""
-    from orchestrator.reconcile import reconcile_attempt
+    A result (from --result FILE or a provider log's ok line with --from-log FILE) must
+    have the capability's result shape, and every artifact it references must be in the
+    artifact store or given with --artifact FILE."""
+    from orchestrator.reconcile import reconcile_attempt, result_from_log
     from orchestrator.reconcile_input import Imported
 
-    if abandon == (result is not None):
-        raise InputError("pass exactly one of --abandon or --result FILE")
-    if artifact and result is None:
-        raise InputError("--artifact FILE goes with --result FILE")
+    if [abandon, result is not None, from_log is not None].count(True) != 1:
+        raise InputError("pass exactly one of --abandon, --result FILE or --from-log FILE")
+    if artifact and abandon:
+        raise InputError("--artifact FILE goes with --result FILE or --from-log FILE")
     kwargs: dict[str, Any] = {}
     if result is not None:
         kwargs["result"] = read_json(result, "result")
+    if not abandon:
         kwargs["imports"] = [Imported(str(path), _read_artifact(path)) for path in artifact or []]
     services = _services()
     try:
+        if from_log is not None:
+            kwargs["result"] = result_from_log(services.store, from_log, run_id, identity)
         data = reconcile_attempt(services.store, run_id, Identity.parse(identity),
                                  operator=operator, reason=reason,
                                  artifacts=services.artifacts, **kwargs)

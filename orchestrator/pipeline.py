@@ -39,6 +39,7 @@ from orchestrator.report import (
     RevisionStatus,
     RunReport,
 )
+from orchestrator.revision_lease import RevisionLease
 from orchestrator.session import Executor, Session, SessionResult
 from orchestrator.source import Source, decode_source
 
@@ -160,7 +161,9 @@ class Pipeline:
         self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
                              revision=revision)
         try:
-            result = session.run()
+            with RevisionLease(self.store, run_id, revision,
+                               self.settings.revision_lease_seconds):
+                result = session.run()
         finally:
             shutil.rmtree(session.rpc_dir.parent, ignore_errors=True)
         self.store.add_event(run_id, "sandbox_exit", "sandbox finished", revision=revision,

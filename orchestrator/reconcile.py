@@ -21,18 +21,22 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from broker.artifacts import ArtifactStore
 from broker.catalog import CATALOG
-from broker.errors import InputError
+from broker.errors import InputError, RevisionLost, StoreError
 from broker.identity import Identity
 from broker.owner import owner_alive
+from broker.providers.log import ProviderLog
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
+    JobStatus,
     RunStatus,
     SlotRecord,
 )
@@ -44,6 +48,28 @@ from orchestrator.sites import assign_sites
 _UNSET = object()
 
 
+# A live owner on this host renews every third of the lease; only a store outage delays
+# it. Its lease is given this many periods before anything it holds is declared lost.
+ALIVE_GRACE = 4
+
+
+def _expired(owner: str | None, beat: datetime, lease_seconds: float, now: datetime) -> bool:
+    """Is the lease held by ``owner`` (last renewed at ``beat``) gone? A dead owner on this
+    host at once; an owner elsewhere after the lease; a live one after ``ALIVE_GRACE``."""
+    alive = owner_alive(owner) if owner else None
+    age = (now - beat).total_seconds()
+    if alive is False:
+        return True
+    return age > lease_seconds * (ALIVE_GRACE if alive else 1)
+
+
+def attempt_expired(attempt: AttemptRecord, lease_seconds: float,
+                    now: datetime | None = None) -> bool:
+    """Is a pending attempt's owner gone (the provider call may or may not have run)?"""
+    return _expired(attempt.owner, attempt.heartbeat_at, lease_seconds,
+                    now or datetime.now(UTC))
+
+
 def sweep(store: RunStore, lease_seconds: float, *, now: datetime | None = None
           ) -> list[AttemptRecord]:
     """Mark pending attempts unresolved when their owner is gone or their lease expired.
@@ -52,15 +78,16 @@ def sweep(store: RunStore, lease_seconds: float, *, now: datetime | None = None
     pending is atomic, so each attempt is reported by exactly one of them.
     """
     now = now or datetime.now(UTC)
-    marked = store.mark_unresolved(now - timedelta(seconds=lease_seconds))
+    marked = []
     for attempt in store.list_attempts(statuses=frozenset({AttemptStatus.PENDING})):
-        if owner_alive(attempt.owner) is False:
-            try:
-                marked.append(store.resolve_attempt(
-                    attempt.id, AttemptStatus.UNRESOLVED, operator="reconciler",
-                    reason="owner process is gone"))
-            except Exception:  # another reconciler got there first
-                continue
+        if not _expired(attempt.owner, attempt.heartbeat_at, lease_seconds, now):
+            continue
+        try:
+            marked.append(store.resolve_attempt(
+                attempt.id, AttemptStatus.UNRESOLVED, operator="reconciler",
+                reason="owner is gone or its lease expired before a commit"))
+        except StoreError:  # committed meanwhile, or another reconciler got there first
+            continue
     for attempt in marked:
         store.add_event(attempt.run_id, "attempt_unresolved",
                         f"attempt #{attempt.number} at {attempt.identity} never committed; "
@@ -69,6 +96,92 @@ def sweep(store: RunStore, lease_seconds: float, *, now: datetime | None = None
         store.set_run_status(attempt.run_id, RunStatus.BLOCKED,
                              f"blocked: unresolved attempt at {attempt.identity}")
     return marked
+
+
+LOST_SANDBOX = "lost: sandbox worker died"
+LOST_MESSAGE = "lost: job message lost"
+LOST_DISPATCHER = ("lost: the dispatcher died or failed between numbering the revision and "
+                   "queueing its job")
+LOST_RUNNER = "lost: the process running it died"
+
+
+@dataclass(frozen=True)
+class LostRevision:
+    run_id: str
+    revision: int
+    reason: str
+
+
+def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | None = None
+                    ) -> list[LostRevision]:
+    """Mark running revisions whose owner is gone ``failed`` with the reason named.
+
+    An owner on this host that died is seen at once; elsewhere the lease expires
+    ``lease_seconds`` after its last renewal. A revision whose job was accepted and
+    never started belongs to the requeue sweep (``workers.recovery``). Safe with two
+    reconcilers: the transition is conditional on the lease that was seen.
+    """
+    now = now or datetime.now(UTC)
+    lost = []
+    for rev in store.running_revisions():
+        if not _expired(rev.owner, rev.heartbeat_at or rev.created_at, lease_seconds, now):
+            continue
+        job = store.job_for_revision(rev.run_id, rev.revision)
+        if job is not None and job.status is JobStatus.ACCEPTED:
+            continue
+        if job is not None:
+            reason = LOST_SANDBOX
+        elif rev.heartbeat_at is not None and rev.heartbeat_at > rev.created_at:
+            reason = LOST_RUNNER  # it was renewed: an embedded run that died
+        else:
+            reason = LOST_DISPATCHER
+        if lose_revision(store, rev.run_id, rev.revision, reason,
+                         seen_heartbeat=rev.heartbeat_at):
+            lost.append(LostRevision(rev.run_id, rev.revision, reason))
+    settle_runs(store)
+    return lost
+
+
+_RUN_STATUS = {"succeeded": RunStatus.SUCCEEDED, "failed": RunStatus.FAILED,
+               "stopped": RunStatus.STOPPED}
+
+
+def settle_runs(store: RunStore) -> list[str]:
+    """Runs still marked ``running`` although their latest revision finished (the store
+    went away between the revision's write and the run's) take the revision's state."""
+    settled = []
+    for rev in store.runs_behind():
+        error = (rev.summary or {}).get("error") or {}
+        status = _RUN_STATUS.get(rev.status, RunStatus.FAILED)
+        detail = str(error.get("message") or "")[:500] or None
+        if error.get("type") == "AttemptUnresolved":
+            status = RunStatus.BLOCKED
+            detail = f"blocked: unresolved attempt at {error.get('identity')}"
+        store.set_run_status(rev.run_id, status, detail)
+        settled.append(rev.run_id)
+    return settled
+
+
+def lose_revision(store: RunStore, run_id: str, revision: int, reason: str, *,
+                  seen_heartbeat: datetime | None) -> bool:
+    """Fail a running revision as lost (if nobody renewed its lease meanwhile), with a run
+    JSON that says why and how to go on; the run is resumable."""
+    message = (f"{reason}; committed calls are kept and replay when the run is submitted "
+               "again on this run id")
+    from orchestrator.report import CertificateReport, ErrorReport, RevisionStatus, RunReport
+
+    certificate = build_certificate(store.list_slots(run_id))
+    summary = RunReport(
+        run_id=run_id, revision=revision, status=RevisionStatus.FAILED,
+        error=ErrorReport.model_validate({**RevisionLost(message).to_json(),
+                                          "reason": reason}),
+        certificate=CertificateReport.model_validate(certificate.to_json())).to_json()
+    if not store.lose_revision(run_id, revision, message, summary,
+                               seen_heartbeat=seen_heartbeat):
+        return False
+    store.add_event(run_id, "revision_lost", message, revision=revision,
+                    data={"reason": reason})
+    return True
 
 
 def _open_attempt(store: RunStore, run_id: str, identity: Identity) -> AttemptRecord:
@@ -95,6 +208,37 @@ def _fingerprint(store: RunStore, attempt: AttemptRecord) -> str:
                 return site.fingerprint
     raise InputError(f"cannot find site {attempt.identity.site} in revision "
                      f"{attempt.revision} of run {attempt.run_id}")
+
+
+def result_from_log(store: RunStore, log_path: Path, run_id: str,
+                    identity: Identity | str) -> Any:
+    """The result of the paid call at ``identity`` from a provider log: the line of the
+    run and identity whose outcome is ok and whose payload digest is the open attempt's.
+
+    This is how an operator writes back a result whose commit was lost, instead of
+    abandoning a call that was paid.
+    """
+    ident = identity if isinstance(identity, Identity) else Identity.parse(identity)
+    attempt = _open_attempt(store, run_id, ident)
+    lines = [e for e in ProviderLog(log_path).read()
+             if e.get("run_id") == run_id and e.get("identity") == str(ident)]
+    if not lines:
+        raise InputError(f"{log_path} has no line for {ident} in run {run_id!r}: the provider "
+                         "log of the broker worker that ran it (its REVISE_HOME) has it, if "
+                         "the provider was called")
+    ok = [e for e in lines if e.get("outcome") == "ok"]
+    if not ok:
+        raise InputError(f"{log_path}: every call at {ident} in run {run_id!r} ended with an "
+                         "error; there is no result to write back (abandon the attempt)")
+    matching = [e for e in ok if e.get("digest") == attempt.digest]
+    if not matching:
+        raise InputError(f"{log_path}: the ok line at {ident} has payload digest "
+                         f"{str(ok[-1].get('digest'))[:12]}, the open attempt "
+                         f"{attempt.digest[:12]}; it is another payload's result")
+    if "result" not in matching[-1]:
+        raise InputError(f"{log_path}: the line at {ident} predates logged results; take the "
+                         "result from the provider and pass it with --result FILE")
+    return matching[-1]["result"]
 
 
 def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,

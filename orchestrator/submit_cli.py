@@ -1,9 +1,13 @@
 """``revise submit``: ``revise run`` through the Celery deployment.
 
 With ``--wait`` it prints the same object as ``revise run`` and exits the same
-way; without it, the job id to follow in Flower or with ``revise show``.
+way (0 succeeded, 1 the run failed or stopped); 3 (``EXIT_UNKNOWN``) when it could
+not tell yet: the timeout passed, or the store or Redis did not answer for that
+long (a progress line on stderr says what it waits for, never a traceback).
+Without it, the job id to follow in Flower or with ``revise show``.
 """
 
+import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -13,6 +17,7 @@ from orchestrator import render
 from orchestrator.cli_common import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_UNKNOWN,
     JsonFlag,
     RunId,
     emit,
@@ -21,8 +26,6 @@ from orchestrator.cli_common import (
     read_json,
     read_script,
 )
-
-EXIT_TIMEOUT = 3  # --wait gave up; the job keeps running
 
 
 def register(app: typer.Typer) -> None:
@@ -50,6 +53,10 @@ def register(app: typer.Typer) -> None:
         from orchestrator.inputs import MISSING, resolve_inputs
         from workers.client import Client
 
+        # Celery's result backend logs its reconnect attempts with tracebacks; an outage
+        # reaches the user as one named error or a progress line instead.
+        logging.getLogger("celery.backends").setLevel(logging.CRITICAL + 1)
+
         source = read_script(script)
         given_args = read_json(args) if args is not None else MISSING
         given_env = load_envelope(envelope) if envelope else None
@@ -69,10 +76,11 @@ def register(app: typer.Typer) -> None:
                     f"`revise show {run_id}`"))
                 raise typer.Exit(EXIT_OK)
             try:
-                report = handle.wait(timeout)
+                report = handle.wait(timeout, progress=lambda line: err.print(
+                    f"[yellow]waiting[/]: {render.escape(line)}"))
             except TimeoutError as exc:
                 err.print(f"[yellow]timeout[/]: {render.escape(str(exc))}")
-                raise typer.Exit(EXIT_TIMEOUT) from None
+                raise typer.Exit(EXIT_UNKNOWN) from None
         finally:
             client.close()
         emit(as_json, report, lambda c: render.run_report(c, report))

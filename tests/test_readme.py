@@ -46,6 +46,17 @@ def test_every_setting_has_one_row_in_the_readme_table() -> None:
         assert name in (ROOT / "Procfile").read_text() + (ROOT / "compose.yaml").read_text()
 
 
+def test_a_numeric_default_in_the_table_is_the_real_one() -> None:
+    fields = {f"REVISE_{n.upper()}": f for n, f in Settings.model_fields.items()}
+    fields |= {f"REVISE_CELERY_{n.upper()}": f for n, f in WorkerSettings.model_fields.items()}
+    rows = re.findall(r"^\| `(REVISE_[A-Z0-9_]+)` \| `(-?[0-9.]+)` \|", README, flags=re.M)
+    assert len(rows) >= 20
+    wrong = {name: (shown, fields[name].default) for name, shown in rows
+             if name in fields and isinstance(fields[name].default, int | float)
+             and float(shown) != float(fields[name].default)}
+    assert wrong == {}, "README defaults that are not the settings' defaults"
+
+
 def test_every_revise_name_in_the_readme_is_a_setting() -> None:
     known = {f"REVISE_{name.upper()}" for name in Settings.model_fields}
     known |= {f"REVISE_CELERY_{name.upper()}" for name in WorkerSettings.model_fields}

@@ -15,11 +15,20 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from broker.envelope import Envelope
-from broker.errors import BrokerError, RunNotFound, error_from_json
+from broker.errors import (
+    BrokerError,
+    QueueUnavailable,
+    RunNotFound,
+    StoreUnavailable,
+    error_from_json,
+)
 from broker.names import validate_name
+from broker.outage import queue_unavailable
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
@@ -38,6 +47,7 @@ class Client:
         self.settings = settings or Settings()
         self.app: ReviseCelery = make_app(self.settings, queue or WorkerSettings())
         self._store: SqlStore | None = None
+        self._broker_redis: Any = None
 
     @property
     def store(self) -> SqlStore:
@@ -54,9 +64,19 @@ class Client:
         job = {"job_id": job_id, "run_id": run_id, "script": decode_source(script).text,
                "args": args, "envelope": (envelope or Envelope()).model_dump(mode="json")}
         parse_message(DispatchJob, job, "job")
-        self.app.send_task(DISPATCH_TASK, args=[job], task_id=job_id,
-                           queue=self.app.routing.queue("dispatch"))
-        return JobHandle(self, job_id, run_id)
+        handle = JobHandle(self, job_id, run_id, job)
+        handle.send()
+        return handle
+
+    @property
+    def broker_redis(self) -> Any:
+        if self._broker_redis is None:
+            import redis
+
+            self._broker_redis = redis.Redis.from_url(self.settings.resolved_broker_url,
+                                                      socket_timeout=10,
+                                                      socket_connect_timeout=5)
+        return self._broker_redis
 
     def close(self) -> None:
         if self._store is not None:
@@ -64,33 +84,75 @@ class Client:
         self.app.close()
 
 
+# What a wait survives: the store or Redis (broker, result backend) not answering.
+TRANSIENT = (StoreUnavailable, QueueUnavailable)
+
+
 class JobHandle:
-    def __init__(self, client: Client, job_id: str, run_id: str) -> None:
+    def __init__(self, client: Client, job_id: str, run_id: str,
+                 job: dict[str, Any] | None = None) -> None:
         self.client = client
         self.job_id = job_id
         self.run_id = run_id
+        self._job = job  # the dispatch message, to send again if Redis lost it
         self._dispatched: dict[str, Any] | None = None
+        self._sent_at = time.monotonic()
+        self.resent = 0
+
+    def send(self) -> None:
+        with _transport(self.client, "queueing the job"):
+            self.client.broker_redis.ping()  # a clear error now, not Celery's retry loop
+            self.client.app.send_task(DISPATCH_TASK, args=[self._job], task_id=self.job_id,
+                                      queue=self.client.app.routing.queue("dispatch"))
+        self._sent_at = time.monotonic()
 
     def _dispatch_answer(self) -> dict[str, Any] | None:
         if self._dispatched is None:
             result = self.client.app.AsyncResult(self.job_id)
-            if result.ready():
-                # A refused job is a task FAILURE that carries the answer (workers.outcome).
-                carried = answer_of(result.result) if result.failed() else None
-                if carried is not None:
-                    self._dispatched = carried
-                elif result.failed():
-                    raise BrokerError(f"job {self.job_id}: the dispatcher failed: "
-                                      f"{_describe(result.result)}", job_id=self.job_id)
-                else:
-                    self._dispatched = result.result
+            with _transport(self.client, "reading the dispatcher's answer"):
+                if result.ready():
+                    # A refused job is a task FAILURE that carries the answer
+                    # (workers.outcome).
+                    carried = answer_of(result.result) if result.failed() else None
+                    if carried is not None:
+                        self._dispatched = carried
+                    elif result.failed():
+                        raise BrokerError(f"job {self.job_id}: the dispatcher failed: "
+                                          f"{_describe(result.result)}", job_id=self.job_id)
+                    else:
+                        self._dispatched = result.result
+        if self._dispatched is None:
+            # The store is the truth about accepted jobs: the answer in Redis may be lost.
+            job = self.client.store.get_job(self.job_id)
+            if job is not None:
+                self._dispatched = {"job_id": self.job_id, "run_id": self.run_id,
+                                    "accepted": True, "revision": job.revision,
+                                    "report": None, "error": None}
         return self._dispatched
+
+    def _resend_if_lost(self) -> None:
+        """A dispatch message Redis lost before any dispatcher took it is sent again
+        (same task id; the dispatcher finds a job it accepted already in the store)."""
+        settings = self.client.settings
+        if self._job is None or self.resent >= settings.max_requeues or \
+                time.monotonic() - self._sent_at < settings.requeue_after_seconds:
+            return
+        from workers.transport import Transport
+
+        with _transport(self.client, "looking for the job's message"):
+            state = self.client.app.AsyncResult(self.job_id).state
+            queued = Transport(self.client.broker_redis).holds(
+                self.client.app.routing.queue("dispatch"), self.job_id)
+        if state == "PENDING" and not queued:
+            self.send()
+            self.resent += 1
 
     def status(self) -> str:
         """queued | dispatching | running | succeeded | failed | stopped."""
         answer = self._dispatch_answer()
         if answer is None:
-            state = self.client.app.AsyncResult(self.job_id).state
+            with _transport(self.client, "reading the job's state"):
+                state = self.client.app.AsyncResult(self.job_id).state
             return DISPATCHING if state == "STARTED" else QUEUED
         if answer["error"] is not None:
             return "stopped"
@@ -103,19 +165,35 @@ class JobHandle:
     def done(self) -> bool:
         return self.status() not in (QUEUED, DISPATCHING, RUNNING)
 
-    def wait(self, timeout: float | None = None) -> dict[str, Any]:
+    def wait(self, timeout: float | None = None,
+             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
         """Block until the job finished and return its run JSON; TimeoutError after
-        ``timeout`` seconds (the job keeps running)."""
+        ``timeout`` seconds (the job keeps running). An outage of the store or Redis is
+        waited out: ``progress`` hears what the wait is for, about every 5 s."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 0.01
-        while not self.done():
+        said, last_status = 0.0, "queued"
+        while True:
+            try:
+                if self.done():
+                    return self.result()
+                last_status = self.status()
+                if last_status == QUEUED:
+                    self._resend_if_lost()
+            except TRANSIENT as exc:
+                if self._dispatched is not None and self._dispatched.get("error"):
+                    raise  # the dispatcher's final answer, not an outage seen from here
+                if progress is not None and time.monotonic() - said > 5:
+                    progress(f"job {self.job_id} (run {self.run_id}) was {last_status}; "
+                             f"still waiting, because {exc.message}")
+                    said = time.monotonic()
+                delay = 1.0
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.job_id} (run {self.run_id}) is still "
-                                   f"{self.status()} after {timeout:.0f} s; wait again or "
-                                   f"check `revise show {self.run_id}`")
+                                   f"{last_status} after {timeout:.0f} s (as far as could be "
+                                   f"told); wait again or check `revise show {self.run_id}`")
             time.sleep(delay)
-            delay = min(delay * 1.5, 0.25)
-        return self.result()
+            delay = min(delay * 1.5, 0.25) if delay < 1.0 else 0.25
 
     def result(self) -> dict[str, Any]:
         """The run JSON; raises the dispatcher's error for input it refused outright."""
@@ -138,3 +216,16 @@ def _describe(exc: object) -> str:
         name = type(exc).__name__
         return text if name == "Exception" else f"{name}: {text}"
     return str(exc)
+
+
+@contextmanager
+def _transport(client: Client, action: str) -> Iterator[None]:
+    """Redis (broker or result backend) errors become ``QueueUnavailable`` naming the URL
+    (without a password): never a raw client traceback."""
+    import kombu.exceptions
+    import redis
+
+    try:
+        yield
+    except (redis.RedisError, kombu.exceptions.OperationalError, OSError) as exc:
+        raise queue_unavailable(client.settings.resolved_broker_url, action, exc) from None

@@ -32,8 +32,8 @@ class WorkerSettings(BaseSettings):
         default=900.0, gt=0, description="how long a sandbox worker waits for one call's "
         "answer (queue wait + provider time) before it stops the run fail-closed")
     reconcile_interval: float = Field(
-        default=30.0, gt=0, description="seconds between the reconciler's sweeps for "
-        "attempts whose worker died")
+        default=10.0, gt=0, description="seconds between the reconciler's sweeps for "
+        "attempts and revisions whose worker died and jobs whose message was lost")
     local_latency: float = Field(
         default=0.0, ge=0, description="simulated latency of the local provider (tests and "
         "benchmarks only; ignored by real providers)")

@@ -7,7 +7,9 @@ client, ``celery inspect``, Flower) connects to nothing.
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from functools import cached_property
 
 import redis
@@ -25,7 +27,10 @@ from sandbox.select import select_runner
 from workers.config import WorkerSettings
 from workers.lease import JobLease
 from workers.ledger_redis import RedisLedger
+from workers.roster import Roster
 from workers.routing import Routing
+
+log = logging.getLogger("revise.workers")
 
 
 class WorkerContext:
@@ -34,6 +39,7 @@ class WorkerContext:
         self.queue = queue
         self.routing = Routing(queue.queue_prefix)
         self._lock = threading.Lock()
+        self._drainer: threading.Thread | None = None
 
     @cached_property
     def store(self) -> SqlStore:
@@ -47,13 +53,26 @@ class WorkerContext:
                                     socket_connect_timeout=5, health_check_interval=30)
 
     @cached_property
+    def broker_redis(self) -> redis.Redis:
+        """The Celery transport's Redis (to see whether a message is still there)."""
+        return redis.Redis.from_url(self.settings.resolved_broker_url, socket_timeout=10,
+                                    socket_connect_timeout=5)
+
+    @cached_property
+    def brokers(self) -> Roster:
+        """The broker workers that are alive (heartbeats in Redis)."""
+        return Roster(self.redis, f"revise:{self.queue.queue_prefix}brokers")
+
+    @cached_property
     def ledger(self) -> Ledger | None:
         """The Redis copy of the paid-payload ledger (None: the store answers alone)."""
         if self.settings.ledger_backend == "sql":
             return None
         return RedisLedger(self.redis, slots=self.store.list_slots,
                            fail_closed=self.settings.ledger_fail_closed,
-                           prefix=f"revise:{self.queue.queue_prefix}ledger:")
+                           prefix=f"revise:{self.queue.queue_prefix}ledger:",
+                           on_event=lambda run_id, kind, message: self.store.add_event(
+                               run_id, kind, message))
 
     @cached_property
     def lease(self) -> JobLease:
@@ -74,6 +93,30 @@ class WorkerContext:
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,
                       settings=self.settings, ledger=self.ledger)
+
+    def drain_spool_in_background(self) -> None:
+        """Commit the paid results this host's spool holds, retrying until the store has
+        them all (one thread per process; started on worker start and after a commit
+        gave up)."""
+        with self._lock:
+            if self._drainer is not None and self._drainer.is_alive():
+                return
+            self._drainer = threading.Thread(target=self._drain, daemon=True,
+                                             name="spool-drain")
+            self._drainer.start()
+
+    def _drain(self) -> None:
+        delay = 1.0
+        broker = self.broker(Envelope())
+        while broker.spool.pending():
+            try:
+                broker.drain_spool()
+            except Exception as exc:  # the store may not even open yet: try again later
+                log.warning("draining the commit spool failed: %s", exc)
+            if not broker.spool.pending():
+                return
+            time.sleep(delay)
+            delay = min(delay * 2, 30.0)
 
     @cached_property
     def runner(self) -> Runner:

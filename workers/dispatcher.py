@@ -18,30 +18,27 @@ from __future__ import annotations
 from typing import Any
 
 from broker.envelope import Envelope
-from broker.errors import ReviseError
+from broker.errors import ReviseError, StoreUnavailable
 from orchestrator.pipeline import Admitted, Pipeline
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Verdict
 from workers.messages import DispatchJob, InvalidMessage, check_task_id, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
+from workers.recovery import sandbox_task_id
 from workers.routing import DISPATCH_TASK, SANDBOX_TASK
 
 _limits = app.queue_settings
-
-
-def sandbox_task_id(job_id: str) -> str:
-    return f"{job_id}/sandbox"
 
 
 @app.task(name=DISPATCH_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
           throws=(RunFailed, RunStopped), time_limit=_limits.dispatch_time_limit)
 def dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     """The job's answer; a refused candidate or a refused job raises it as FAILURE."""
-    return _settle(_dispatch(self, job))
+    return _settle(_answer_job(self, job))
 
 
-def _dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
+def _answer_job(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     job_id = self.request.id
     try:
         check_task_id(job_id, "dispatch job")
@@ -49,7 +46,18 @@ def _dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     except InvalidMessage as exc:
         return _answer(job_id, {"run_id": name_in(job, "run_id", "run id")},
                        error=exc.to_json())
-    ctx = self.context
+    try:
+        return _dispatch(self.context, job_id, job)
+    except StoreUnavailable as exc:
+        # Nothing was queued for a sandbox: the job goes back to the queue (same id) and
+        # is admitted when the store answers.
+        raise self.retry(countdown=3.0, max_retries=100, exc=exc) from None
+
+
+def _dispatch(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:
+    accepted = ctx.store.get_job(job_id)
+    if accepted is not None:  # accepted before (the answer may have been lost with Redis)
+        return _answer(job_id, job, revision=accepted.revision, accepted=True)
     grant = ctx.lease.begin(job_id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:
         return grant.answer
@@ -68,6 +76,9 @@ def _dispatch(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     try:
         with ctx.lease.hold(grant):
             answer = _admit(ctx, job_id, job)
+    except StoreUnavailable:
+        ctx.lease.release(grant, counted=False)
+        raise
     except BaseException:
         ctx.lease.release(grant)
         raise
@@ -81,6 +92,8 @@ def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, An
     try:
         envelope = Envelope.model_validate(job["envelope"])
         admitted = pipeline.admit(job["run_id"], job["script"], job["args"], envelope)
+    except StoreUnavailable:
+        raise  # not an answer: the caller queues the job again
     except ReviseError as exc:
         return _answer(job_id, job, error=exc.to_json())
     if admitted.admission is None:
@@ -92,14 +105,17 @@ def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, An
 
 def _enqueue(ctx: WorkerContext, job_id: str, admitted: Admitted,
              envelope_wire: dict[str, Any]) -> None:
+    assert admitted.admission is not None
+    message = {"job_id": job_id, "run_id": admitted.run_id, "revision": admitted.revision,
+               "source": admitted.source.text, "admission": admitted.admission.to_wire(),
+               "args_text": admitted.args_text, "envelope": envelope_wire}
+    # The store is the truth about accepted jobs: recorded before the message is queued,
+    # so a message Redis loses is queued again from here (workers.recovery).
+    ctx.store.accept_job(job_id, admitted.run_id, admitted.revision, message)
     ctx.store.add_event(admitted.run_id, "queued", f"revision {admitted.revision} queued for "
                         "a sandbox worker", revision=admitted.revision, data={"job_id": job_id})
     app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job_id),
-                  queue=ctx.routing.queue("sandbox"), args=[{
-                      "job_id": job_id, "run_id": admitted.run_id,
-                      "revision": admitted.revision, "source": admitted.source.text,
-                      "admission": admitted.admission.to_wire(),
-                      "args_text": admitted.args_text, "envelope": envelope_wire}])
+                  queue=ctx.routing.queue("sandbox"), args=[message])
 
 
 def _settle(answer: dict[str, Any]) -> dict[str, Any]:

@@ -129,8 +129,13 @@ class JobLease:
         self._redis.set(done, json.dumps(answer, default=str), ex=_RETAIN_SECONDS)
         self.release(grant)
 
-    def release(self, grant: Grant) -> None:
+    def release(self, grant: Grant, *, counted: bool = True) -> None:
+        """Give the lease up; ``counted=False`` when this start does not count towards
+        ``max_deliveries`` (it stopped because a service was away, not because its
+        worker died)."""
         self._swap(keys=[self._key(grant.job_id, "lease")], args=[grant.holder, "", 0])
+        if not counted:
+            self._redis.decr(self._key(grant.job_id, "starts"))
 
     @contextmanager
     def exclusive(self, key: str, timeout: float) -> Iterator[None]:

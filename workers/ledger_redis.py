@@ -7,7 +7,8 @@ marker key: while the marker is missing the run's entries are rebuilt from the
 committed slots before the ledger answers, and a commit whose ledger write
 failed is found there. Reads and writes are one round trip each.
 
-A Redis error fails closed (``LedgerUnavailable``, the call is not dispatched)
+A Redis error fails closed (``LedgerUnavailable``, the call is not dispatched; a call
+that is already committed replays instead, see ``broker.dispatch``)
 unless ``settings.ledger_fail_closed`` is off, in which case it logs a warning
 and answers from the store: the explicit permissive opt-out.
 """
@@ -27,15 +28,27 @@ from broker.records import SlotRecord
 log = logging.getLogger("revise.ledger")
 
 Slots = Callable[[str], list[SlotRecord]]  # every committed slot of a run
+Notice = Callable[[str, str, str], None]  # (run id, event kind, message)
 
 
 class RedisLedger:
     def __init__(self, client: redis.Redis, *, slots: Slots, fail_closed: bool = True,
-                 prefix: str = "revise:ledger:") -> None:
+                 prefix: str = "revise:ledger:", on_event: Notice | None = None) -> None:
+        """``on_event(run_id, kind, message)`` tells the run what happened to its ledger
+        (entries missing and rebuilt from the slots), e.g. as a store event."""
         self._redis = client
         self._slots = slots
         self._fail_closed = fail_closed
         self._prefix = prefix
+        self._on_event = on_event
+
+    def _tell(self, run_id: str, kind: str, message: str) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(run_id, kind, message)
+        except Exception as exc:  # telling is not worth failing a call over
+            log.warning("could not record %s for run %s: %s", kind, run_id, exc)
 
     def key(self, run_id: str, capability: str, digest: str) -> str:
         # JSON keeps the parts unambiguous whatever characters they hold.
@@ -68,8 +81,10 @@ class RedisLedger:
             pipe.set(self._marker(run_id), 1)
             pipe.execute()
         if slots:
-            log.info("rebuilt the paid-payload ledger of run %s from %d committed slots",
+            log.info("ledger entries of run %s missing, rebuilt from %d committed slots",
                      run_id, len(slots))
+            self._tell(run_id, "ledger_rebuilt", f"ledger entries missing (Redis lost them), "
+                       f"rebuilt from {len(slots)} committed slots")
         return len(slots)
 
     def record(self, slot: SlotRecord) -> None:
@@ -83,6 +98,9 @@ class RedisLedger:
             # never fails the call: say what happened instead.
             log.warning("ledger entry for %s in run %s missing (%s); it is rebuilt from the "
                         "committed slots", slot.identity, slot.run_id, exc)
+            self._tell(slot.run_id, "ledger_entry_missing", f"the call at {slot.identity} is "
+                       "paid and committed; its ledger entry is missing (Redis did not "
+                       "answer) and is rebuilt from the slots")
             try:
                 self._redis.delete(self._marker(slot.run_id))
             except redis.RedisError:

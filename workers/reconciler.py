@@ -1,4 +1,9 @@
-"""The reconciler (``-Q reconcile`` with beat): finds attempts a crash left open.
+"""The reconciler (``-Q reconcile`` with beat): finds what a crash or an outage left open.
+
+Each sweep: pending attempts whose owner is gone become unresolved (the run is
+``blocked``); accepted jobs whose queue message was lost are queued again
+(``workers.recovery``); running revisions whose owner is gone are failed with
+the reason (``lost: ...``) and their runs are resumable.
 
 The sweep is periodic (``REVISE_CELERY_RECONCILE_INTERVAL``), idempotent and
 safe with two reconcilers: the store turns a pending attempt unresolved
@@ -11,8 +16,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from orchestrator.reconcile import sweep
+from orchestrator.reconcile import sweep, sweep_revisions
 from workers.app import ReviseTask, app
+from workers.recovery import requeue_lost_jobs
 from workers.routing import SWEEP_TASK
 
 log = logging.getLogger("revise.reconciler")
@@ -22,13 +28,25 @@ log = logging.getLogger("revise.reconciler")
 def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
     ctx = self.context
     marked = sweep(ctx.store, ctx.settings.attempt_lease_seconds)
-    removed = _remove_stale_containers()
     for attempt in marked:
         log.warning("run %s: attempt #%s at %s is unresolved (owner %s); an operator must "
                     "reconcile it", attempt.run_id, attempt.number, attempt.identity,
                     attempt.owner)
+    try:
+        jobs = requeue_lost_jobs(ctx, app)
+    except Exception as exc:  # Redis away: the revisions are still swept (store only)
+        log.warning("could not look for lost job messages: %s", exc)
+        jobs = {"requeued": [], "lost": []}
+    lost = sweep_revisions(ctx.store, ctx.settings.revision_lease_seconds)
+    for revision in lost:
+        log.warning("run %s revision %s: %s; the run can be submitted again",
+                    revision.run_id, revision.revision, revision.reason)
+    removed = _remove_stale_containers()
     return {"unresolved": [{"run_id": a.run_id, "identity": str(a.identity),
                             "attempt_id": a.id} for a in marked],
+            "requeued": jobs["requeued"], "jobs_lost": jobs["lost"],
+            "revisions_lost": [{"run_id": r.run_id, "revision": r.revision,
+                                "reason": r.reason} for r in lost],
             "containers_removed": removed}
 
 

@@ -30,7 +30,8 @@ from typing import Any
 from celery.exceptions import Ignore
 
 from broker.envelope import Envelope
-from broker.errors import ReviseError, SandboxError
+from broker.errors import ReviseError, SandboxError, StoreUnavailable
+from broker.owner import current_owner
 from broker.records import RunStatus
 from orchestrator.admission import Admission
 from orchestrator.pipeline import Admitted, Pipeline
@@ -42,8 +43,10 @@ from workers.context import WorkerContext
 from workers.lease import Grant, Verdict
 from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
+from workers.recovery import count_stale_delivery
 from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
+from workers.transport import Transport
 
 log = logging.getLogger("revise.workers.sandbox")
 
@@ -61,7 +64,27 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         return _settle({"run_id": name_in(job, "run_id", "run id"),
                         "revision": revision if type(revision) is int else None,
                         "status": "failed", "deliveries": 0, "error": exc.to_json()})
+    try:
+        return _deliver(self, job)
+    except StoreUnavailable as exc:
+        # The store is away: nothing true can be written now. The job goes back to the
+        # queue (same id; the lease was released) and is taken over when the store
+        # answers: committed calls replay, paid results wait in the broker's spool.
+        log.warning("job %s: %s; trying again in %.0f s", self.request.id, exc.message,
+                    _STORE_RETRY_SECONDS)
+        raise self.retry(countdown=_STORE_RETRY_SECONDS, max_retries=_STORE_RETRIES,
+                         exc=exc) from None
+
+
+_STORE_RETRY_SECONDS = 3.0
+_STORE_RETRIES = 100  # about five minutes of outage
+
+
+def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     ctx = self.context
+    stale = _stale(ctx, job)
+    if stale is not None:
+        return _settle_stale(stale)
     grant = ctx.lease.begin(self.request.id, wait=ctx.queue.lease_seconds * 1.5)
     if grant.verdict is Verdict.DONE:
         return _settle(grant.answer)
@@ -69,12 +92,21 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         log.info("job %s is running in %s; this delivery is a duplicate", self.request.id,
                  grant.holder)
         raise Ignore()
-    if grant.verdict is Verdict.GIVE_UP:
-        report = _give_up(ctx, job, grant)
-    else:
-        report = _run_held(ctx, job, grant)
+    try:
+        if grant.verdict is Verdict.GIVE_UP:
+            report = _give_up(ctx, job, grant)
+        elif not ctx.store.start_job(job["job_id"], job["run_id"], job["revision"],
+                                     current_owner()):
+            ctx.lease.release(grant)  # finished or lost while this delivery waited
+            return _settle_stale(_stale(ctx, job) or {})
+        else:
+            report = _run_held(ctx, job, grant)
+    except StoreUnavailable:
+        ctx.lease.release(grant, counted=False)
+        raise
     answer = run_summary(report) | {"deliveries": grant.starts}
     ctx.lease.finish(grant, answer)
+    _finish_job(ctx, job)
     return _settle(answer)
 
 
@@ -96,6 +128,32 @@ def _settle(answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
+def _stale(ctx: WorkerContext, job: dict[str, Any]) -> dict[str, Any] | None:
+    """A delivery for a revision that is no longer running (a redelivery after a crash,
+    a requeued copy): acknowledged as a duplicate at once and counted for the operator."""
+    revision = ctx.store.get_revision(job["run_id"], job["revision"])
+    if revision is not None and revision.status == "running":
+        return None
+    count = count_stale_delivery(ctx, job["run_id"], job["revision"], "sandbox job")
+    return {"run_id": job["run_id"], "revision": job["revision"],
+            "status": None if revision is None else revision.status, "deliveries": 0,
+            "error": None if revision is None else (revision.summary or {}).get("error"),
+            "duplicate": True, "stale_deliveries": count}
+
+
+def _settle_stale(answer: dict[str, Any]) -> dict[str, Any]:
+    """A duplicate keeps the task state its revision earned (Flower shows the same
+    FAILURE again), so a late copy never turns a failed run into a SUCCESS."""
+    return _settle(answer) if answer.get("status") else answer
+
+
+def _finish_job(ctx: WorkerContext, job: dict[str, Any]) -> None:
+    try:
+        ctx.store.finish_job(job["job_id"])
+    except StoreUnavailable:  # the revision is finished; the job row only says it late
+        log.warning("job %s: could not mark it finished (store unavailable)", job["job_id"])
+
+
 def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
     if grant.starts > 1:
         _reap(ctx.settings.runs_dir / job["run_id"], job["revision"], grant.starts)
@@ -104,11 +162,19 @@ def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunRepor
     try:
         with ctx.lease.hold(grant):
             return _run(ctx, job, grant.starts)
+    except StoreUnavailable:
+        raise  # the caller queues the job again; its revision is still running
     except BaseException as exc:
         # Leave a visible state, then let Celery see the error; the lease is released
         # so an operator's resubmission is not mistaken for a duplicate.
         message = exc.message if isinstance(exc, ReviseError) else repr(exc)
-        _fail(ctx, job, f"the sandbox job failed: {message}")
+        try:
+            _fail(ctx, job, f"the sandbox job failed: {message}")
+        except StoreUnavailable as unavailable:
+            # Nothing true can be written now: the revision's lease expires instead and
+            # the reconciler marks it lost (never a state the store did not take).
+            log.warning("run %s revision %s: %s; its lease expires and the reconciler "
+                        "marks it", job["run_id"], job["revision"], unavailable.message)
         ctx.lease.release(grant)
         raise
 
@@ -119,7 +185,9 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
         store=ctx.store, runner=ctx.runner, settings=ctx.settings,
         executor_for=lambda env: RemoteExecutor(
             app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
-            wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery))
+            wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
+            store=ctx.store, transport=Transport(ctx.broker_redis), brokers=ctx.brokers,
+            lease_seconds=ctx.settings.attempt_lease_seconds))
     run_id, revision = job["run_id"], job["revision"]
     admission = Admission.from_wire(job["admission"], ctx.store.list_slots(run_id),
                                     str(ctx.settings.relocation))

@@ -100,8 +100,11 @@ class LoggedProvider:
             self.log.append({**entry, "ts": _now(), "outcome": "error",
                              **_error_fields(exc)})
             raise
+        # The result itself (for a paid artifact: its reference) is logged with the call,
+        # so a result whose commit was lost can be written back from here
+        # (`revise reconcile R ID --from-log`), never paid twice.
         self.log.append({**entry, "ts": _now(), "outcome": "ok", "status": None,
-                         "error_code": None})
+                         "error_code": None, "result": result.result})
         return replace(result, usage={**result.usage, "idempotency_key_sent": covered})
 
 

@@ -222,7 +222,7 @@ def test_logged_provider_writes_ok_and_rejected_calls(tmp_path):
                   "capability": "image.generate", "digest": payload_digest(ok_payload),
                   "outcome": "ok", "status": None, "error_code": None,
                   "idempotency_key": idempotency_key("run-1", "a@:0"), "provider": "local",
-                  "idempotency_covered": False}
+                  "idempotency_covered": False, "result": result.result}
     assert result.result["prompt"] == "fox"
     assert rejected["outcome"] == "error" and rejected["status"] == 400
     assert rejected["error_code"] == "invalid_parameter" and rejected["identity"] == "b@:0"

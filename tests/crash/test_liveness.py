@@ -1,0 +1,120 @@
+"""No revision stays `running` without a live owner (issue 17, item 2).
+
+A revision's lease lives in the store; the sweep fails a revision whose owner is
+gone with the reason named, leaves an accepted job that was never started to the
+requeue sweep, and the run stays resumable: submitting it again replays.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+from broker.envelope import Envelope
+from broker.owner import current_owner
+from broker.sqlstore import SqlStore
+from orchestrator.embedded import open_services
+from orchestrator.reconcile import (
+    LOST_DISPATCHER,
+    LOST_SANDBOX,
+    sweep_revisions,
+)
+from sandbox.runner import ProcessRunner
+
+from .kit import provider_lines, script, settings_for
+
+_FORK = multiprocessing.get_context("fork")
+
+
+def _number_and_die(url: str, run_id: str, source: str) -> None:
+    store = SqlStore.open(url)
+    store.add_revision(run_id, source, "digest")  # numbered, never queued: then SIGKILL
+    os._exit(0)
+
+
+def _say_owner(conn: Any) -> None:
+    conn.send(current_owner())
+    os._exit(0)
+
+
+def _dead_owner() -> str:
+    """The owner token of a process of this host that has exited (whatever the format)."""
+    parent, child = _FORK.Pipe()
+    proc = _FORK.Process(target=_say_owner, args=(child,))
+    proc.start()
+    token = parent.recv()
+    proc.join()
+    return token
+
+
+def test_a_revision_numbered_by_a_dead_dispatcher_is_failed_and_the_run_resumes(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    services = open_services(settings_for(home), runner=ProcessRunner())
+    try:
+        first = services.pipeline().run("r", script("crash_seq"), {}, Envelope()).to_json()
+        assert first["status"] == "succeeded"
+        proc = _FORK.Process(target=_number_and_die, args=(
+            services.settings.resolved_database_url, "r", script("crash_seq")))
+        proc.start()
+        proc.join(60)
+        assert services.store.get_revision("r", 2).status == "running"
+
+        lost = sweep_revisions(services.store, 30.0)  # the owner is dead: no lease wait
+        assert [(x.revision, x.reason) for x in lost] == [(2, LOST_DISPATCHER)]
+        assert sweep_revisions(services.store, 30.0) == []  # once
+        revision = services.store.get_revision("r", 2)
+        assert revision.status == "failed"
+        assert revision.summary["error"]["type"] == "RevisionLost"
+        run = services.store.get_run("r")
+        assert run.status == "failed" and run.detail.startswith("lost: the dispatcher")
+        assert [e.kind for e in services.store.list_events("r")][-1] == "revision_lost"
+
+        again = services.pipeline().run("r", script("crash_seq"), {}, Envelope()).to_json()
+        assert again["status"] == "succeeded" and again["calls"]["replayed"] == 2
+    finally:
+        services.close()
+    assert len(provider_lines(home)) == 2
+
+
+def test_started_jobs_are_lost_with_their_worker_and_accepted_ones_wait(
+        tmp_path: Path) -> None:
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        for run_id in ("started", "accepted"):
+            store.ensure_run(run_id)
+            number = store.add_revision(run_id, "src", "d")
+            store.accept_job(f"job-{run_id}", run_id, number, {"job_id": f"job-{run_id}"})
+        assert store.start_job("job-started", "started", 1, _dead_owner())
+        lost = sweep_revisions(store, 30.0)
+        assert [(x.run_id, x.reason) for x in lost] == [("started", LOST_SANDBOX)]
+        assert store.get_job("job-started").status == "lost"
+        assert store.get_job("job-accepted").status == "accepted"
+        assert store.get_revision("accepted", 1).status == "running"
+        # a stale delivery of the lost job finds it not running
+        assert not store.start_job("job-started", "started", 1, current_owner())
+    finally:
+        store.close()
+
+
+def test_a_run_left_running_after_its_revision_finished_takes_the_revisions_state(
+        tmp_path: Path) -> None:
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        for run_id, status, error in (
+                ("ok", "succeeded", None),
+                ("blocked", "stopped", {"type": "AttemptUnresolved", "message": "m",
+                                        "identity": "orchestrate/#0@:0"})):
+            store.ensure_run(run_id)
+            number = store.add_revision(run_id, "src", "d")
+            # the store went away between the revision's write and the run's
+            store.finish_revision(run_id, number, status, {"error": error})
+        assert sweep_revisions(store, 30.0) == []
+        assert store.get_run("ok").status == "succeeded"
+        blocked = store.get_run("blocked")
+        assert (blocked.status, blocked.detail) == (
+            "blocked", "blocked: unresolved attempt at orchestrate/#0@:0")
+    finally:
+        store.close()

@@ -1,0 +1,58 @@
+"""A sandbox job's wait for a call is bounded by liveness, not a 900 s constant (issue 17).
+
+A call whose task message was lost (Redis lost it) is sent once more; a call that
+no live broker worker can take stops fail-closed within about two leases.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from broker.envelope import Envelope
+from workers.transport import Transport
+
+from .conftest import script, wait_for
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+LEASE = 6
+
+
+def _stack(make_stack):
+    stack = make_stack()
+    stack.env["REVISE_ATTEMPT_LEASE_SECONDS"] = str(LEASE)
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=1)
+    stack.wait_ready(120)
+    return stack
+
+
+def test_a_call_no_live_broker_can_take_stops_fail_closed(make_stack) -> None:
+    stack = _stack(make_stack)
+    started = time.monotonic()
+    report = stack.client.submit(script("crash_seq"), {}, Envelope(), "r").wait(120)
+    waited = time.monotonic() - started
+    assert report["status"] == "stopped"
+    assert report["error"]["type"] == "AttemptInFlight"
+    assert "no live broker worker" in report["error"]["message"]
+    assert waited < 4 * LEASE + 15, waited  # not capability_wait_seconds (900 s)
+    assert stack.provider_log() == []
+
+
+def test_a_lost_call_message_is_sent_again_and_paid_once(make_stack) -> None:
+    stack = _stack(make_stack)
+    queue = stack.client.app.routing.queue("capabilities")
+    transport = Transport(stack.context.broker_redis)
+    handle = stack.client.submit(script("crash_seq"), {}, Envelope(), "r")
+    wait_for(lambda: stack.context.broker_redis.llen(queue), 60, "the call's task message")
+    assert any("/call/" in task for task in transport.task_ids(queue))
+    stack.context.broker_redis.delete(queue)  # Redis lost it before any broker took it
+    stack.worker("capabilities", concurrency=2)
+    started = time.monotonic()
+    report = handle.wait(120)
+    assert report["status"] == "succeeded", report["error"]
+    assert time.monotonic() - started > LEASE  # it waited a lease, then sent the call again
+    assert [line["identity"] for line in stack.provider_log()] == [
+        "orchestrate/#0@:0", "orchestrate/#1@:0"]

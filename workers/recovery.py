@@ -1,0 +1,81 @@
+"""Accepted jobs whose queue message is gone are queued again from the store.
+
+The dispatcher records every job it accepts (``jobs``, with the sandbox
+message) before it queues the message. If Redis loses the message (a restart
+without persistence, an eviction), the job stays ``accepted`` and no sandbox
+worker ever starts it: after ``requeue_after_seconds`` the reconciler looks in
+the transport, and a job whose message is neither queued nor delivered is
+queued again under the same task id (the job lease and the stale-delivery check
+make a duplicate a no-op). After ``max_requeues`` the revision is failed
+``lost: job message lost`` and the run is resumable.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from broker.records import JobStatus
+from orchestrator.reconcile import LOST_MESSAGE, lose_revision
+from workers.routing import SANDBOX_TASK
+from workers.transport import Transport
+
+log = logging.getLogger("revise.recovery")
+
+
+def sandbox_task_id(job_id: str) -> str:
+    return f"{job_id}/sandbox"
+
+
+def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dict[str, list]:
+    """One pass: requeue (or, past the limit, fail) accepted jobs whose message is gone."""
+    now = now or datetime.now(UTC)
+    cutoff = now - timedelta(seconds=ctx.settings.requeue_after_seconds)
+    overdue = [j for j in ctx.store.list_jobs(frozenset({JobStatus.ACCEPTED}))
+               if j.updated_at < cutoff]
+    done: dict[str, list] = {"requeued": [], "lost": []}
+    if not overdue:
+        return done
+    queue = ctx.routing.queue("sandbox")
+    present = Transport(ctx.broker_redis).task_ids(queue)
+    for job in overdue:
+        task_id = sandbox_task_id(job.job_id)
+        if task_id in present:
+            continue  # still queued behind other jobs, or delivered: not lost
+        if job.requeues >= ctx.settings.max_requeues:
+            revision = ctx.store.get_revision(job.run_id, job.revision)
+            if revision is not None and revision.status == "running" and lose_revision(
+                    ctx.store, job.run_id, job.revision, LOST_MESSAGE,
+                    seen_heartbeat=revision.heartbeat_at):
+                done["lost"].append(job.job_id)
+            continue
+        if not ctx.store.requeued_job(job.job_id, job.requeues):
+            continue  # another reconciler counted it first
+        app.send_task(SANDBOX_TASK, task_id=task_id, queue=queue, args=[job.message])
+        ctx.store.add_event(job.run_id, "job_requeued", f"the queue message of job "
+                            f"{job.job_id} was lost (Redis restarted or evicted it); queued "
+                            f"again ({job.requeues + 1} of {ctx.settings.max_requeues})",
+                            revision=job.revision, data={"job_id": job.job_id})
+        log.warning("run %s revision %s: job %s had no queue message; queued again",
+                    job.run_id, job.revision, job.job_id)
+        done["requeued"].append(job.job_id)
+    return done
+
+
+def count_stale_delivery(ctx: Any, run_id: str, revision: int, what: str) -> int:
+    """Count a delivery for a finished revision (acknowledged at once, nothing done): one
+    event on the run and a counter in Redis (``revise:<prefix>stale-deliveries``)."""
+    count = 0
+    try:
+        key = f"revise:{ctx.queue.queue_prefix}stale-deliveries"
+        count = int(ctx.redis.incr(key))
+    except Exception as exc:  # a counter is not worth failing the acknowledgement
+        log.warning("could not count a stale delivery: %s", exc)
+    try:
+        ctx.store.add_event(run_id, "stale_delivery", f"a {what} for revision {revision}, "
+                            "which is no longer running, was acknowledged as a duplicate",
+                            revision=revision, data={"what": what, "count": count})
+    except Exception as exc:
+        log.warning("could not record a stale delivery of run %s: %s", run_id, exc)
+    return count
