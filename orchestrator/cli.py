@@ -178,11 +178,13 @@ def report_cmd(
     """Run R's report: revisions side by side, counterexamples, open attempts, spend against
     a full rerun and the certificate check (`revise show R` is the terminal view)."""
     from orchestrator.html_report import render_html
-    from orchestrator.inspect import report_view
+    from orchestrator.inspect import embed_images, report_view
 
     services = _services()
     try:
         view = report_view(services.store, run_id)
+        if html is not None:
+            embed_images(view, services.artifacts)
     finally:
         services.close()
     if html is not None:

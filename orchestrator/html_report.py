@@ -2,8 +2,9 @@
 
 Rendering only: the facts come from ``orchestrator.inspect.report_view`` (the same
 store reading `revise show` uses). The page has inline CSS and nothing else: no
-script, no font, no image, no link that fetches, so it opens offline and can be
-mailed or attached to a ticket. Every value from the store is escaped.
+script, no font, no link that fetches; committed images are embedded as ``data:``
+URIs (``inspect.embed_images``), so it opens offline and can be mailed or attached
+to a ticket. Every value from the store is escaped.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ pre{background:#1d232b;color:#f2f4f7;padding:8px 10px;border-radius:4px;white-sp
 .s-blocked{color:#7e22ce}.s-running{color:#0369a1}
 .cost{color:#5b6573;font-size:12px}.none{color:#8a94a3}
 .ok{color:#15803d;font-weight:600}.bad{color:#b91c1c;font-weight:600}
+.figs{display:flex;flex-wrap:wrap;gap:12px}
+figure{margin:0;background:#fff;border:1px solid #d6dae0;border-radius:6px;padding:8px;
+max-width:280px}
+figure img{max-width:260px;image-rendering:pixelated;display:block}
+figcaption{font-size:12px;color:#5b6573;word-break:break-all}
 """
 
 
@@ -166,6 +172,23 @@ def _certificate(view: dict[str, Any]) -> str:
             + (_table(["difference", "site", "path", "occurrence"], rows) if rows else ""))
 
 
+def _artifacts(view: dict[str, Any]) -> str:
+    items = view.get("artifacts") or []
+    if not items:
+        return "<p class='none'>No committed call produced an artifact.</p>"
+    figures = []
+    for art in items:
+        picture = (f"<img src=\"{_e(art['data_uri'])}\" alt=\"{_e(art['identity'])}\">"
+                   if art.get("data_uri") else
+                   "<p class='none'>not embedded" + (" (missing from the artifact store)"
+                                                    if art.get("missing") else "") + "</p>")
+        figures.append(
+            f"<figure>{picture}<figcaption><code>{_e(art['identity'])}</code><br>"
+            f"{_e(art.get('media_type'))}, {_e(art.get('bytes'))} B<br>"
+            f"<code>{_e(art['fetch'])}</code></figcaption></figure>")
+    return f"<div class='figs'>{''.join(figures)}</div>"
+
+
 def _events(view: dict[str, Any]) -> str:
     rows = [[_e(e["time"][:19].replace("T", " ")), _e(e["revision"] or ""), _e(e["kind"]),
              f"<code>{_e(e['identity'] or '')}</code>", _e(e["message"])]
@@ -181,6 +204,7 @@ def render_html(view: dict[str, Any], *, now: datetime | None = None) -> str:
     sections = [
         ("Spend", _cards(view)),
         ("Revisions side by side", _matrix(view)),
+        ("Artifacts", _artifacts(view)),
         ("Revisions", _revisions(view)),
         ("Gate counterexamples", _counterexamples(view)),
         ("Unresolved attempts", _attempts(view)),

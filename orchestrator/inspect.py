@@ -7,8 +7,9 @@ import shlex
 from collections.abc import Iterable
 from typing import Any
 
+from broker.artifacts import ArtifactStore
 from broker.catalog import CATALOG
-from broker.errors import RunNotFound
+from broker.errors import ReviseError, RunNotFound
 from broker.identity import Identity
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
@@ -174,6 +175,31 @@ def _rerun_cost(revisions: list[RevisionRecord]) -> float:
     return round(sum(_price(i["capability"]) for r in revisions
                      for i in (r.summary or {}).get("identities") or []
                      if i["outcome"] in ("executed", "replayed", "failed")), 6)
+
+
+EMBEDDABLE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def embed_images(view: dict[str, Any], artifacts: ArtifactStore, *,
+                 per_image: int = 4 << 20, total: int = 32 << 20) -> None:
+    """Put each committed image of ``view["artifacts"]`` into it as a ``data:`` URI, so the
+    HTML report shows the pictures offline. Other media types, images over ``per_image``
+    bytes and any past ``total`` keep only their fetch command; a missing one says so."""
+    import base64
+
+    left = total
+    for art in view.get("artifacts", []):
+        size = art.get("bytes") if isinstance(art.get("bytes"), int) else per_image + 1
+        if art.get("media_type") not in EMBEDDABLE_IMAGES or size > min(per_image, left):
+            continue
+        try:
+            data = artifacts.get(art["id"])
+        except ReviseError:
+            art["missing"] = True
+            continue
+        left -= len(data)
+        art["data_uri"] = (f"data:{art['media_type']};base64,"
+                           + base64.b64encode(data).decode("ascii"))
 
 
 def report_view(store: RunStore, run_id: str) -> dict[str, Any]:

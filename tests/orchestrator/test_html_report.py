@@ -69,9 +69,13 @@ def test_the_page_is_self_contained_and_escapes_what_it_shows(home: Path,
                                                               tmp_path: Path) -> None:
     text = _page(home, tmp_path).read_text(encoding="utf-8")
     assert text.startswith("<!DOCTYPE html>")
+    # the only images are the committed ones, inline: nothing else can fetch
+    inline = r'<img src="data:image/png;base64,[A-Za-z0-9+/=]+" alt="[^"<>]*">'
+    assert len(re.findall(inline, text)) == 4
+    rest = re.sub(inline, "", text)
     for fetching in ("<script", "<link", "<img", "<iframe", "src=", "href=", "url(",
                      "@import", "http://", "https://"):
-        assert fetching not in text.lower(), fetching
+        assert fetching not in rest.lower(), fetching
     settings = Settings(home=home)
     services = open_services(settings)
     try:
@@ -135,6 +139,9 @@ def test_chromium_renders_what_an_operator_needs(home: Path, tmp_path: Path) -> 
     for identity in (f"{GEN}@0:0", f"{GEN}@3:0", str(LOST)):
         assert identity in seen, identity
     assert "Run R: blocked" in seen and "unresolved" in seen
+    # the committed images themselves, embedded (four committed shots, one picture each)
+    assert "Artifacts" in seen and "revise artifact get sha256:" in seen
+    assert len(re.findall(r'<img src="data:image/png;base64,[A-Za-z0-9+/=]+"', dom)) == 4
     # the gate's counterexample with the candidate's and the committed source lines
     assert "call_changed" in seen
     assert '{"prompt": shot.strip(), "size": size}' in seen
