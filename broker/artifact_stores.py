@@ -17,7 +17,18 @@ from broker.settings import ArtifactStoreKind, Settings
 
 
 def open_artifact_store(settings: Settings, engine: Engine | None = None) -> ArtifactStore:
-    """``engine`` is the run store's (needed for ``database``)."""
+    """``engine`` is the run store's (needed for ``database``). A store that can be away
+    (database, S3) is wrapped so a paid result's bytes wait on local disk meanwhile
+    (``broker.artifact_spool``)."""
+    store = _open(settings, engine)
+    if settings.resolved_artifact_store is ArtifactStoreKind.FILE:
+        return store
+    from broker.artifact_spool import SpoolingArtifactStore
+
+    return SpoolingArtifactStore(store, settings.spool_dir / "artifacts")
+
+
+def _open(settings: Settings, engine: Engine | None) -> ArtifactStore:
     kind = settings.resolved_artifact_store
     limit = settings.artifact_max_bytes
     if kind is ArtifactStoreKind.FILE:

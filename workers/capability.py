@@ -24,6 +24,7 @@ from typing import Any
 
 from celery.signals import worker_ready
 
+from broker.artifact_spool import SpoolingArtifactStore
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import CAPABILITY_NAMES
 from broker.envelope import Envelope
@@ -122,6 +123,8 @@ def _call(self: ReviseTask, request: CallRequest, envelope_wire: dict[str, Any],
     except BaseException:
         ctx.lease.release(grant)  # an unexpected error: let a redelivery decide again
         raise
+    if isinstance(ctx.artifacts, SpoolingArtifactStore) and ctx.artifacts.pending():
+        ctx.drain_spool_in_background()  # artifact bytes kept while their store was away
     if isinstance(report.stop, StoreUnavailable):
         if report.stop.fields.get("spool"):
             ctx.drain_spool_in_background()  # the paid result waits in the spool

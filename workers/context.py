@@ -14,6 +14,7 @@ from functools import cached_property
 
 import redis
 
+from broker.artifact_spool import SpoolingArtifactStore
 from broker.artifact_stores import open_artifact_store
 from broker.artifacts import ArtifactStore
 from broker.dispatch import Broker
@@ -108,12 +109,15 @@ class WorkerContext:
     def _drain(self) -> None:
         delay = 1.0
         broker = self.broker(Envelope())
-        while broker.spool.pending():
+        kept = self.artifacts if isinstance(self.artifacts, SpoolingArtifactStore) else None
+        while broker.spool.pending() or (kept is not None and kept.pending()):
             try:
+                if kept is not None:
+                    kept.drain()  # the bytes first: a committed result points at them
                 broker.drain_spool()
             except Exception as exc:  # the store may not even open yet: try again later
                 log.warning("draining the commit spool failed: %s", exc)
-            if not broker.spool.pending():
+            if not broker.spool.pending() and not (kept is not None and kept.pending()):
                 return
             time.sleep(delay)
             delay = min(delay * 2, 30.0)

@@ -23,6 +23,7 @@ from broker.envelope import Envelope
 from broker.records import AttemptStatus, RunStatus
 from orchestrator.certificate import verify
 from orchestrator.reconcile import reconcile_attempt, result_from_log
+from workers.outcome import answer_of
 from workers.routing import SANDBOX_TASK
 
 from ..workers.conftest import script, wait_for
@@ -139,9 +140,15 @@ def _check_invariants(stack: Any, run_ids: list[str]) -> None:
         if line["outcome"] == "ok" and (slot is None or slot.result != line["result"]):
             lost.append((line["run_id"], line["identity"]))
     assert lost == [], f"paid results not committed: {lost}"
-    untrue = [(e.run_id, e.identity) for run_id in run_ids
-              for e in stack.store.list_events(run_id) if "not dispatched" in e.message
-              and e.identity in {str(s.identity) for s in stack.store.list_slots(run_id)}]
+    # A call committed when the event was written must never read "not dispatched" (a
+    # later revision may commit a call an earlier one was truly stopped before).
+    untrue = []
+    for run_id in run_ids:
+        committed = {str(s.identity): s.committed_at for s in stack.store.list_slots(run_id)}
+        untrue += [(e.run_id, e.identity) for e in stack.store.list_events(run_id)
+                   if "not dispatched" in e.message and e.identity in committed
+                   and committed[e.identity] is not None
+                   and committed[e.identity] <= e.created_at]
     assert untrue == [], f"events say 'not dispatched' for committed calls: {untrue}"
     running = [r for r in run_ids if stack.store.get_run(r).status == RunStatus.RUNNING]
     assert running == [], f"runs left running: {running}"
@@ -198,8 +205,13 @@ def test_every_worker_sigkilled_and_restarted(stack: Any) -> None:
     # A stale delivery of a finished revision's job is acknowledged at once and counted.
     job = next(j for j in stack.store.list_jobs(frozenset({"finished", "lost"}))
                if j.run_id.startswith("kill-"))
-    answer = stack.client.app.send_task(
+    sent = stack.client.app.send_task(
         SANDBOX_TASK, args=[job.message], task_id=f"{job.job_id}/sandbox",
-        queue=stack.client.app.routing.queue("sandbox")).get(60)
+        queue=stack.client.app.routing.queue("sandbox"))
+    outcome = sent.get(60, propagate=False)
+    # The copy keeps the task state its revision earned (FAILURE for a lost one).
+    answer = answer_of(outcome) if sent.failed() else outcome
+    assert answer is not None, outcome
     assert answer["duplicate"] is True and answer["stale_deliveries"] >= 1
+    assert sent.failed() == (answer["status"] != "succeeded")
     assert stack.events(job.run_id, "stale_delivery")
