@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from broker.artifact_spool import SpoolingArtifactStore
 from broker.artifact_stores import open_artifact_store
 from broker.artifacts import (
     CHUNK_BYTES,
@@ -38,12 +39,19 @@ def store(request, tmp_path) -> Iterator[ArtifactStore]:
         settings = Settings(artifact_store="s3", **{k.removeprefix("REVISE_").lower(): v
                                                    for k, v in env.items()},
                             artifact_max_bytes=LIMIT)
-        yield open_artifact_store(settings)
+        yield _behind_the_spool(open_artifact_store(settings))
     else:
         run_store = SqlStore.open(request.getfixturevalue(f"{request.param}_url"))
         settings = Settings(artifact_store="database", artifact_max_bytes=LIMIT)
-        yield open_artifact_store(settings, run_store.engine)
+        yield _behind_the_spool(open_artifact_store(settings, run_store.engine))
         run_store.close()
+
+
+def _behind_the_spool(opened: ArtifactStore) -> ArtifactStore:
+    """A store that can be away comes wrapped in its outage spool (tested on its own in
+    test_artifact_spool.py); the contract is the store's."""
+    assert isinstance(opened, SpoolingArtifactStore)
+    return opened.inner
 
 
 def _tamper(store, ref) -> None:
