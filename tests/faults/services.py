@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import pytest
+from tests.conftest import _missing_service
 
 
 def free_port() -> int:
@@ -41,7 +41,7 @@ class PrivatePostgres:
     def __init__(self) -> None:
         found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
         if not found:
-            pytest.skip("PostgreSQL server binaries (/usr/lib/postgresql/*/bin) are missing")
+            _missing_service("PostgreSQL server binaries (/usr/lib/postgresql/*/bin) are missing")
         self.bin = Path(found[-1]).parent
         # Its own directory under /tmp: pytest's tmp dirs are private to their user, and
         # the cluster may run as another one.
@@ -105,7 +105,7 @@ class PrivateRedis:
 
     def __init__(self, root: Path) -> None:
         if shutil.which("redis-server") is None:
-            pytest.skip("redis-server is not installed")
+            _missing_service("redis-server is not installed")
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()

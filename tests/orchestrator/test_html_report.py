@@ -25,6 +25,7 @@ from orchestrator.embedded import open_services
 from orchestrator.html_report import render_html
 from orchestrator.inspect import report_view
 from sandbox.runner import ProcessRunner
+from tests.conftest import _missing_service
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
@@ -91,9 +92,8 @@ def _chromium() -> str:
     for name in ("chromium", "chromium-browser", "google-chrome"):
         if shutil.which(name):
             return name
-    if os.environ.get("CI"):
-        pytest.fail("chromium is missing (tests/run.sh installs it with apt)")
-    pytest.skip("no chromium here (apt-get install chromium chromium-driver)")
+    _missing_service("chromium is missing (tests/run.sh installs it with apt: chromium "
+                     "chromium-driver)")
 
 
 def _visible_text(dom: str) -> str:
