@@ -10,7 +10,6 @@ one from an idle worker.
 
 from __future__ import annotations
 
-import logging
 from functools import cached_property
 from typing import Any
 
@@ -20,9 +19,8 @@ from celery.signals import worker_init
 from broker.settings import Settings
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
+from workers.kombu_redis import tolerate_released_channels
 from workers.routing import SWEEP_TASK, Routing
-
-log = logging.getLogger("revise.workers")
 
 TASK_MODULES = ("workers.dispatcher", "workers.sandbox_worker", "workers.capability",
                 "workers.reconciler", "workers.admin")
@@ -57,6 +55,7 @@ def celery_config(settings: Settings, queue: WorkerSettings, routing: Routing) -
         "result_backend": settings.resolved_result_backend,
         "broker_transport_options": transport,
         "broker_connection_retry_on_startup": True,
+        "broker_connection_max_retries": None,  # never give up on Redis: outages end
         # A Redis loss does not cancel running tasks: the store is the truth, the job lease
         # makes a redelivered copy a no-op, and a sandbox job's capability waits watch the
         # store (cancelling would kill every running sandbox job on a Redis restart).
@@ -82,31 +81,7 @@ def celery_config(settings: Settings, queue: WorkerSettings, routing: Routing) -
     }
 
 
-def _tolerate_released_connection() -> None:
-    """kombu 5.x: when Redis drops the connection, Celery's consumer closes it after
-    ``collect()`` already released it; restoring unacked messages on close then raises
-    ``AttributeError`` (not a connection error), which kills the worker ("Unrecoverable
-    error ... 'NoneType' object has no attribute 'hostname'"). The worker must
-    reconnect instead: messages left unacked come back after the visibility timeout,
-    and the store (requeue, stale delivery, leases) does not depend on them."""
-    from kombu.transport import redis as kombu_redis
-
-    close = kombu_redis.Channel.close
-    if getattr(close, "_revise_tolerant", False):
-        return
-
-    def tolerant_close(self: Any) -> None:
-        try:
-            close(self)
-        except AttributeError as exc:
-            log.warning("closing a Redis channel whose connection was already released: "
-                        "%s; reconnecting", exc)
-
-    tolerant_close._revise_tolerant = True  # type: ignore[attr-defined]
-    kombu_redis.Channel.close = tolerant_close  # type: ignore[method-assign]
-
-
-_tolerate_released_connection()
+tolerate_released_channels()
 
 
 @worker_init.connect

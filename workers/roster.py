@@ -41,7 +41,7 @@ class Roster:
             while True:
                 try:
                     self.beat(name)
-                except redis.RedisError as exc:
+                except Exception as exc:  # the beat must outlive any Redis trouble
                     log.warning("broker heartbeat of %s failed: %s", name, exc)
                 time.sleep(interval)
 

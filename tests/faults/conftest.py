@@ -55,10 +55,14 @@ class FaultStack(Stack):
         self.generation = 0
 
     def start_roles(self) -> None:
-        for role, pool, concurrency in ROLES:
-            self.worker(role, pool=pool, concurrency=concurrency, index=self.generation,
-                        beat=role == "reconcile")
+        self.current = {role: self.worker(role, pool=pool, concurrency=concurrency,
+                                          index=self.generation, beat=role == "reconcile")
+                        for role, pool, concurrency in ROLES}
         self.wait_ready(120)
+
+    def dead_roles(self) -> list[str]:
+        """Roles of the running generation whose worker process exited."""
+        return [role for role, proc in self.current.items() if proc.poll() is not None]
 
     def wait_ready(self, timeout: float = 120.0) -> None:
         """The shared readiness wait (it names the roles still missing), through pooled
