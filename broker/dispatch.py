@@ -24,6 +24,7 @@ from typing import Any
 
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import Capability, lookup
+from broker.crash_window import mark_unresolved
 from broker.envelope import Budget, Envelope
 from broker.errors import (
     AttemptUnresolved,
@@ -175,7 +176,11 @@ class Broker:
                     time.sleep(0.05)  # a duplicate delivery: wait for its commit, then replay
                     continue
             if existing.status is AttemptStatus.PENDING:
-                existing = self._mark_unresolved(existing)
+                marked = mark_unresolved(self.store, existing, by="revise",
+                                         reason="owner is gone and the attempt never committed")
+                if marked is None:
+                    continue  # committed or marked meanwhile: claim again to see which
+                existing = marked
             if capability.side_effecting:
                 raise AttemptUnresolved(
                     f"{request.identity} has an unresolved attempt (#{existing.number}, owner "
@@ -202,14 +207,6 @@ class Broker:
             return alive
         age = time.time() - attempt.heartbeat_at.timestamp()
         return age < self.settings.attempt_lease_seconds
-
-    def _mark_unresolved(self, attempt: AttemptRecord) -> AttemptRecord:
-        self.store.resolve_attempt(attempt.id, AttemptStatus.UNRESOLVED, operator="revise",
-                                   reason="owner is gone and the attempt never committed")
-        self.store.add_event(attempt.run_id, "attempt_unresolved",
-                             f"attempt #{attempt.number} at {attempt.identity} is unresolved",
-                             identity=attempt.identity, revision=attempt.revision)
-        return replace(attempt, status=AttemptStatus.UNRESOLVED)
 
     # ---- the provider and the commit --------------------------------------------------------
 
@@ -316,7 +313,8 @@ class Broker:
                     log.warning("outcome unknown at %s in run %s (%s); retrying with the same "
                                 "idempotency key", request.identity, request.run_id, exc.message)
                     continue
-                self._mark_unresolved(attempt)
+                mark_unresolved(self.store, attempt, by="revise",
+                                reason="the provider's outcome is unknown")
                 raise AttemptUnresolved(
                     f"the provider call at {request.identity} may have completed: "
                     f"{exc.message}. It is left unresolved (never retried blindly); resolve "
@@ -328,7 +326,8 @@ class Broker:
                 # We cannot tell whether the provider completed: fail closed, never retry.
                 log.exception("provider failed at %s in run %s", request.identity,
                               request.run_id)
-                self._mark_unresolved(attempt)
+                mark_unresolved(self.store, attempt, by="revise",
+                                reason="the provider call ended without an answer")
                 raise AttemptUnresolved(
                     f"provider call at {request.identity} ended without an answer ({exc}); it "
                     "may have completed. Resolve it with `revise reconcile`",

@@ -1,18 +1,8 @@
-"""The crash window: finding unresolved attempts and the operator's decisions.
+"""The operator's side of the crash window: sweeping for attempts and revisions whose
+owner is gone, and the decisions that resolve them.
 
-The attempt record is durable before the provider is called. An attempt whose
-owner died before commit is *unresolved*: the provider may or may not have
-done the work. Two mechanisms find them:
-
-* in the owner's process table (same host, boot and pid namespace: see
-  ``broker.owner``), a pending attempt whose owner process is gone (pid
-  absent, or reused with another start time) is unresolved at once; an owner
-  of any other table is never judged by pid;
-* anywhere, a pending attempt whose heartbeat is older than
-  ``attempt_lease_seconds`` (the owner beats every third of it while the
-  provider call runs) is unresolved; the reconciler's periodic sweep marks it.
-
-An operator resolves each one: write back the known result (the identity is
+When an open attempt counts as unresolved is ``broker.crash_window``'s rule. An
+operator resolves each one: write back the known result (the identity is
 committed and replays from then on) or abandon it (the identity may execute
 once more). Every decision is recorded with operator, reason and time.
 """
@@ -28,7 +18,8 @@ from typing import Any
 
 from broker.artifacts import ArtifactStore
 from broker.catalog import CATALOG
-from broker.errors import InputError, RevisionLost, StoreError
+from broker.crash_window import attempt_expired, lease_expired, mark_unresolved
+from broker.errors import InputError, RevisionLost
 from broker.identity import Identity
 from broker.owner import owner_alive
 from broker.providers.log import ProviderLog
@@ -48,28 +39,6 @@ from orchestrator.sites import assign_sites
 _UNSET = object()
 
 
-# A live owner on this host renews every third of the lease; only a store outage delays
-# it. Its lease is given this many periods before anything it holds is declared lost.
-ALIVE_GRACE = 4
-
-
-def _expired(owner: str | None, beat: datetime, lease_seconds: float, now: datetime) -> bool:
-    """Is the lease held by ``owner`` (last renewed at ``beat``) gone? A dead owner on this
-    host at once; an owner elsewhere after the lease; a live one after ``ALIVE_GRACE``."""
-    alive = owner_alive(owner) if owner else None
-    age = (now - beat).total_seconds()
-    if alive is False:
-        return True
-    return age > lease_seconds * (ALIVE_GRACE if alive else 1)
-
-
-def attempt_expired(attempt: AttemptRecord, lease_seconds: float,
-                    now: datetime | None = None) -> bool:
-    """Is a pending attempt's owner gone (the provider call may or may not have run)?"""
-    return _expired(attempt.owner, attempt.heartbeat_at, lease_seconds,
-                    now or datetime.now(UTC))
-
-
 def sweep(store: RunStore, lease_seconds: float, *, now: datetime | None = None
           ) -> list[AttemptRecord]:
     """Mark pending attempts unresolved when their owner is gone or their lease expired.
@@ -80,19 +49,13 @@ def sweep(store: RunStore, lease_seconds: float, *, now: datetime | None = None
     now = now or datetime.now(UTC)
     marked = []
     for attempt in store.list_attempts(statuses=frozenset({AttemptStatus.PENDING})):
-        if not _expired(attempt.owner, attempt.heartbeat_at, lease_seconds, now):
+        if not attempt_expired(attempt, lease_seconds, now):
             continue
-        try:
-            marked.append(store.resolve_attempt(
-                attempt.id, AttemptStatus.UNRESOLVED, operator="reconciler",
-                reason="owner is gone or its lease expired before a commit"))
-        except StoreError:  # committed meanwhile, or another reconciler got there first
-            continue
+        found = mark_unresolved(store, attempt, by="reconciler",
+                                reason="owner is gone or its lease expired before a commit")
+        if found is not None:
+            marked.append(found)
     for attempt in marked:
-        store.add_event(attempt.run_id, "attempt_unresolved",
-                        f"attempt #{attempt.number} at {attempt.identity} never committed; "
-                        "an operator must reconcile it", identity=attempt.identity,
-                        revision=attempt.revision, data={"attempt_id": attempt.id})
         store.set_run_status(attempt.run_id, RunStatus.BLOCKED,
                              f"blocked: unresolved attempt at {attempt.identity}")
     return marked
@@ -124,7 +87,8 @@ def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | No
     now = now or datetime.now(UTC)
     lost = []
     for rev in store.running_revisions():
-        if not _expired(rev.owner, rev.heartbeat_at or rev.created_at, lease_seconds, now):
+        if not lease_expired(rev.owner, rev.heartbeat_at or rev.created_at, lease_seconds,
+                             now):
             continue
         job = store.job_for_revision(rev.run_id, rev.revision)
         if job is not None and job.status is JobStatus.ACCEPTED:

@@ -38,18 +38,17 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from broker.calls import CallReport, CallRequest, Outcome
+from broker.crash_window import attempt_expired, mark_unresolved
 from broker.envelope import Envelope
 from broker.errors import (
     AttemptInFlight,
     AttemptUnresolved,
     BrokerError,
-    StoreError,
     StoreUnavailable,
 )
 from broker.outage import is_queue_outage, queue_unavailable
 from broker.records import AttemptRecord, AttemptStatus
 from broker.store import RunStore
-from orchestrator.reconcile import attempt_expired
 from workers.outcome import answer_of
 from workers.roster import Roster
 from workers.routing import CAPABILITY_TASK, Routing
@@ -203,16 +202,10 @@ class RemoteExecutor:
         operator can reconcile as soon as the run shows blocked."""
         assert self.store is not None
         try:
-            self.store.resolve_attempt(attempt.id, AttemptStatus.UNRESOLVED,
-                                       operator="sandbox worker",
-                                       reason="its owner is gone or its lease expired")
-            self.store.add_event(attempt.run_id, "attempt_unresolved",
-                                 f"attempt #{attempt.number} at {attempt.identity} never "
-                                 "committed; an operator must reconcile it",
-                                 identity=attempt.identity, revision=attempt.revision,
-                                 data={"attempt_id": attempt.id})
-        except (StoreError, StoreUnavailable):
-            pass  # committed or marked meanwhile, or the sweep will
+            mark_unresolved(self.store, attempt, by="sandbox worker",
+                            reason="its owner is gone or its lease expired")
+        except StoreUnavailable:
+            pass  # the sweep will
 
     def _outage(self, request: CallRequest, action: str, exc: Exception) -> CallReport:
         """Redis is down: the call may or may not have been queued; stop, fail closed."""

@@ -1,0 +1,66 @@
+"""The crash window: when an open attempt's owner is gone, and marking it unresolved.
+
+The attempt record is durable before the provider is called. An attempt whose
+owner died before commit is *unresolved*: the provider may or may not have
+done the work. Two mechanisms find them:
+
+* in the owner's process table (same host, boot and pid namespace: see
+  ``broker.owner``), a pending attempt whose owner process is gone (pid
+  absent, or reused with another start time) is unresolved at once; an owner
+  of any other table is never judged by pid;
+* anywhere, a pending attempt whose heartbeat is older than
+  ``attempt_lease_seconds`` (the owner beats every third of it while the
+  provider call runs) is unresolved.
+
+Whoever finds one first marks it (the broker claiming the identity again, the
+sandbox job waiting for its answer, the reconciler's sweep); the store's
+transition from pending is atomic, so exactly one of them reports it. An
+operator then resolves it (``orchestrator.reconcile``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from broker.errors import StoreError
+from broker.owner import owner_alive
+from broker.records import AttemptRecord, AttemptStatus
+from broker.store import RunStore
+
+# A live owner on this host renews every third of the lease; only a store outage delays
+# it. Its lease is given this many periods before anything it holds is declared lost.
+ALIVE_GRACE = 4
+
+
+def lease_expired(owner: str | None, beat: datetime, lease_seconds: float,
+                  now: datetime) -> bool:
+    """Is the lease held by ``owner`` (last renewed at ``beat``) gone? A dead owner on this
+    host at once; an owner elsewhere after the lease; a live one after ``ALIVE_GRACE``."""
+    alive = owner_alive(owner) if owner else None
+    age = (now - beat).total_seconds()
+    if alive is False:
+        return True
+    return age > lease_seconds * (ALIVE_GRACE if alive else 1)
+
+
+def attempt_expired(attempt: AttemptRecord, lease_seconds: float,
+                    now: datetime | None = None) -> bool:
+    """Is a pending attempt's owner gone (the provider call may or may not have run)?"""
+    return lease_expired(attempt.owner, attempt.heartbeat_at, lease_seconds,
+                         now or datetime.now(UTC))
+
+
+def mark_unresolved(store: RunStore, attempt: AttemptRecord, *, by: str, reason: str
+                    ) -> AttemptRecord | None:
+    """Mark a pending attempt unresolved and say so in the run's events; None when it is
+    no longer pending (committed meanwhile, or another finder marked it first)."""
+    try:
+        marked = store.resolve_attempt(attempt.id, AttemptStatus.UNRESOLVED, operator=by,
+                                       reason=reason)
+    except StoreError:
+        return None
+    store.add_event(marked.run_id, "attempt_unresolved",
+                    f"attempt #{marked.number} at {marked.identity} never committed; an "
+                    "operator must reconcile it", identity=marked.identity,
+                    revision=marked.revision, data={"attempt_id": marked.id})
+    return marked

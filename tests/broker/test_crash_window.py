@@ -1,0 +1,49 @@
+"""The crash window's one rule and its one marking, shared by the broker, the sandbox
+job waiting on a call and the reconciler's sweep."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import replace
+from datetime import timedelta
+
+from broker.crash_window import ALIVE_GRACE, attempt_expired, mark_unresolved
+from broker.identity import Identity
+from broker.owner import current_owner, local_domain
+from broker.records import AttemptStatus
+
+from .test_store import RUN, claim, run_parallel, slot
+
+# A token of this host's process table with a pid that cannot exist here.
+DEAD = f"v2:{socket.gethostname()}:{local_domain()}:000000000000:999999999:0:1"
+ELSEWHERE = "v2:another-host:0123456789ab:000000000000:4242:0:1"
+
+
+def test_a_dead_owner_here_expires_at_once_one_elsewhere_after_the_lease(store):
+    attempt = claim(store).attempt
+    now = attempt.heartbeat_at + timedelta(seconds=1)
+    assert attempt_expired(replace(attempt, owner=DEAD), 30, now)
+    assert not attempt_expired(replace(attempt, owner=ELSEWHERE), 30, now)
+    assert attempt_expired(replace(attempt, owner=ELSEWHERE), 30, now + timedelta(seconds=30))
+    mine = replace(attempt, owner=current_owner())  # alive: only past the grace
+    assert not attempt_expired(mine, 30, now + timedelta(seconds=31))
+    assert attempt_expired(mine, 30, now + timedelta(seconds=30 * ALIVE_GRACE + 1))
+
+
+def test_each_attempt_is_marked_by_exactly_one_finder_with_one_event(store):
+    attempt = claim(store).attempt
+    found = run_parallel(4, lambda i: mark_unresolved(store, attempt, by=f"finder {i}",
+                                                      reason="its owner is gone"))
+    marked = [a for a in found if a is not None]
+    assert len(marked) == 1 and marked[0].status is AttemptStatus.UNRESOLVED
+    events = [e for e in store.list_events(RUN) if e.kind == "attempt_unresolved"]
+    assert len(events) == 1 and events[0].data == {"attempt_id": attempt.id}
+
+
+def test_a_committed_attempt_is_not_marked(store):
+    attempt = claim(store).attempt
+    store.commit(slot(), attempt.id)
+    assert mark_unresolved(store, attempt, by="late finder", reason="too late") is None
+    assert [e for e in store.list_events(RUN) if e.kind == "attempt_unresolved"] == []
+    assert store.latest_attempt(RUN, Identity("orchestrate/#0", (0, 3), 0)).status \
+        is not AttemptStatus.UNRESOLVED
