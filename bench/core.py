@@ -122,8 +122,8 @@ def _run_seconds(pipeline, run_id: str, text: str) -> float:
     start = time.perf_counter()
     report = pipeline.run(run_id, text, {}, Envelope())
     elapsed = time.perf_counter() - start
-    if report["status"] != "succeeded":
-        sys.exit(f"benchmark run failed: {report['error']}")
+    if report.status != "succeeded":
+        sys.exit(f"benchmark run failed: {report.error}")
     return elapsed
 
 
