@@ -1,17 +1,18 @@
-"""The broker: the spending half of a call, one function for every caller.
+"""The broker: the spending half of the calls of a wave, one function for every caller.
 
-The host decided the call is new work (``broker.prefix``); the broker makes
+The host decided the calls are new work (``broker.prefix``); the broker makes
 sure, then spends:
 
-    authorize (grants, schema) → begin (ONE transaction: committed already?
-    paid elsewhere? an open attempt in the way? budget? claim the attempt, store
-    the payload blob)
-    → provider → commit (ONE transaction: slot + attempt settled)
+    authorize (grants, schema) → ledger copy → claim (ONE transaction for the
+    wave: committed already? paid elsewhere? an open attempt in the way? budget?
+    is the revision still running? claim an attempt per call and store its
+    payload blob; a stop anywhere claims nothing) → provider → commit (ONE
+    transaction per result: slot + attempt settled)
 
 Each step fails closed. The embedded revision and the Celery capability worker
-both call ``Broker.execute``; a redelivered or concurrent duplicate finds the
-committed slot or the open attempt in the claim transaction, never a second
-provider call.
+both call ``Broker.execute_wave``; a redelivered or concurrent duplicate finds the
+committed slot, its revision's failed attempt or the open attempt in the claim
+transaction, never a second provider call.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from typing import Any
 
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import Capability, lookup
-from broker.crash_window import mark_unresolved
+from broker.crash_window import attempt_expired, mark_unresolved
 from broker.envelope import Budget, Envelope
 from broker.errors import (
     AttemptUnresolved,
@@ -34,17 +37,19 @@ from broker.errors import (
     LedgerUnavailable,
     OutcomeUnknown,
     ReplayDivergence,
+    RevisionNotRunning,
     SafetyStop,
     SemanticRepeatDenied,
     SlotConflict,
     StoreUnavailable,
 )
 from broker.grants import authorize
+from broker.heartbeats import AttemptHeartbeats
 from broker.identity import call_bytes, call_digest
 from broker.ledger import Ledger
-from broker.owner import current_owner, owner_alive
+from broker.owner import current_owner
 from broker.providers import CallContext, Provider, idempotency_key
-from broker.records import AttemptRecord, AttemptStatus, Begin, SlotRecord
+from broker.records import AttemptRecord, AttemptStatus, Begin, CallClaim, SlotRecord
 from broker.settings import Settings
 from broker.spool import CommitSpool
 from broker.store import RunStore
@@ -79,6 +84,9 @@ def budget_check(budget: Budget) -> Any:
     return refusal
 
 
+READ_ONLY_RETRIES = 3  # a read-only call whose worker died is retried at most this often
+
+
 def _price(name: str) -> float:
     return lookup(name).unit_price
 
@@ -86,10 +94,12 @@ def _price(name: str) -> float:
 class Broker:
     def __init__(self, *, store: RunStore, provider: Provider, envelope: Envelope,
                  settings: Settings, ledger: Ledger | None = None,
-                 owner: str | None = None, spool: CommitSpool | None = None) -> None:
+                 owner: str | None = None, spool: CommitSpool | None = None,
+                 heartbeats: AttemptHeartbeats | None = None) -> None:
         """``ledger`` is a copy of the paid-payload ledger outside the store (Redis in a
         deployment), checked before the claim transaction; None when the store is all.
-        ``spool`` keeps paid results whose commit failed (default: ``settings.spool_dir``)."""
+        ``spool`` keeps paid results whose commit failed (default: ``settings.spool_dir``).
+        ``heartbeats`` renews the attempts this process holds open (a worker shares one)."""
         self.store = store
         self.ledger = ledger
         self.provider = provider
@@ -97,38 +107,103 @@ class Broker:
         self.settings = settings
         self._owner = owner
         self.spool = spool or CommitSpool(settings.spool_dir)
+        self.heartbeats = heartbeats or AttemptHeartbeats(
+            store, settings.attempt_lease_seconds / 3)
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     @property
     def owner(self) -> str:
         return self._owner or current_owner()
 
-    def execute(self, request: CallRequest) -> CallReport:
-        """Spend on a call the host decided is new; never raises a safety stop, reports it."""
-        try:
-            return self._execute(request)
-        except SafetyStop as stop:
-            self._event(request, "call_stopped", stop.message, code=stop.code)
-            return CallReport(request.identity, request.capability, outcome_of(stop),
-                              stop=stop, error=stop.to_json())
+    def close(self) -> None:
+        """Wait for the calls still being spent and let their threads go."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
-    def _execute(self, request: CallRequest) -> CallReport:
-        capability, payload = authorize(self.envelope, request.capability, request.payload,
-                                        identity=str(request.identity))
-        digest = call_digest(payload, request.take)
-        if digest != request.digest:
-            raise ReplayDivergence(f"the call at {request.identity} arrived with a digest "
-                                   "that does not match its payload", identity=str(
-                                       request.identity))
-        request = replace(request, payload=payload)
-        if not request.allow_repeat and self.ledger is not None:
-            self._ledger_precheck(request, self.ledger)
-        begin = self._begin(request, capability)
-        if begin.slot is not None:
-            return self._already_committed(request, begin.slot)
-        assert begin.attempt is not None
-        return self._spend(request, capability, begin.attempt)
+    def execute(self, request: CallRequest) -> CallReport:
+        """Spend on one call the host decided is new (a wave of one)."""
+        return next(iter(self.execute_wave([request])))
+
+    def execute_wave(self, requests: Sequence[CallRequest]) -> Iterator[CallReport]:
+        """Spend on the new calls of one wave (all of one run and revision); never raises a
+        safety stop, reports it.
+
+        The wave is decided in one claim transaction, whole or not at all: a stop at any
+        of its calls is the one report yielded and nothing of the wave reaches the
+        provider. Otherwise every call is answered: replays and this revision's failed
+        calls at once, claimed calls as their provider answers and their commit lands (at
+        most ``envelope.concurrency`` at a time)."""
+        try:
+            decided = self._decide(requests)
+        except SafetyStop as stop:
+            yield self._stopped(self._stopped_at(requests, stop), stop)
+            return
+        spend: list[tuple[CallRequest, Capability, AttemptRecord]] = []
+        for request, capability, begin in decided:
+            if begin.claimed:
+                assert begin.attempt is not None
+                spend.append((request, capability, begin.attempt))
+            elif begin.slot is not None:
+                yield self._already_committed(request, begin.slot)
+            else:
+                assert begin.failed is not None
+                yield CallReport(request.identity, request.capability, Outcome.FAILED,
+                                 error=begin.failed.error, committed_by=None)
+        if len(spend) == 1:
+            yield self._spend_reported(*spend[0])
+            return
+        futures = [self._spend_pool().submit(self._spend_reported, *one) for one in spend]
+        for future in as_completed(futures):
+            yield future.result()
+
+    def _already_committed(self, request: CallRequest, slot: SlotRecord) -> CallReport:
+        """The same call committed at this identity (the claim checked it): a replay."""
+        return CallReport(request.identity, request.capability, Outcome.REPLAYED,
+                          result=slot.result, committed_by=slot.revision)
+
+    def _spend_pool(self) -> ThreadPoolExecutor:
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.envelope.concurrency,
+                                                thread_name_prefix="revise-spend")
+            return self._pool
+
+    def _stopped(self, request: CallRequest, stop: SafetyStop) -> CallReport:
+        self._event(request, "call_stopped", stop.message, code=stop.code)
+        return CallReport(request.identity, request.capability, outcome_of(stop),
+                          stop=stop, error=stop.to_json())
+
+    @staticmethod
+    def _stopped_at(requests: Sequence[CallRequest], stop: SafetyStop) -> CallRequest:
+        return next((r for r in requests if str(r.identity) == stop.identity), requests[0])
+
+    def _spend_reported(self, request: CallRequest, capability: Capability,
+                        attempt: AttemptRecord) -> CallReport:
+        try:
+            return self._spend(request, capability, attempt)
+        except SafetyStop as stop:
+            return self._stopped(request, stop)
 
     # ---- before the provider ----------------------------------------------------------------
+
+    def _decide(self, requests: Sequence[CallRequest]
+                ) -> list[tuple[CallRequest, Capability, Begin]]:
+        """Authorize every call, look in the ledger copy, then claim the wave."""
+        checked: list[tuple[CallRequest, Capability]] = []
+        for request in requests:
+            capability, payload = authorize(self.envelope, request.capability,
+                                            request.payload, identity=str(request.identity))
+            if call_digest(payload, request.take) != request.digest:
+                raise ReplayDivergence(f"the call at {request.identity} arrived with a digest "
+                                       "that does not match its payload",
+                                       identity=str(request.identity))
+            request = replace(request, payload=payload)
+            if not request.allow_repeat and self.ledger is not None:
+                self._ledger_precheck(request, self.ledger)
+            checked.append((request, capability))
+        begins = self._claim(checked)
+        return [(r, c, b) for (r, c), b in zip(checked, begins, strict=True)]
 
     def _ledger_precheck(self, request: CallRequest, ledger: Ledger) -> None:
         """A fast look in the deployment's ledger copy; the claim transaction re-checks."""
@@ -152,61 +227,79 @@ class Broker:
             "the payload, or declare another take with ctx.run(..., take=2)",
             identity=str(request.identity), committed_identity=where)
 
-    def _begin(self, request: CallRequest, capability: Capability) -> Begin:
-        """The claim transaction, waiting out a concurrent duplicate that is still running."""
-        key = idempotency_key(request.run_id, str(request.identity))
-        deadline = time.monotonic() + self.settings.attempt_lease_seconds
+    def _claim(self, checked: list[tuple[CallRequest, Capability]]) -> list[Begin]:
+        """The claim transaction, again until nothing is in the way: an open attempt of a
+        live owner (a concurrent or redelivered copy still calling the provider) is
+        waited for and then replayed; one whose owner is gone is marked unresolved."""
+        first = checked[0][0]
+        claims = [CallClaim(r.identity, c.name, r.digest,
+                            idempotency_key(r.run_id, str(r.identity)),
+                            check_ledger=not r.allow_repeat,
+                            payload=call_bytes(r.payload, r.take)) for r, c in checked]
+        delay = 0.02
         while True:
-            begin = self.store.begin_call(
-                request.run_id, request.identity, capability.name, request.digest,
-                request.revision, self.owner, key, check_ledger=not request.allow_repeat,
-                budget=budget_check(self.envelope.budget), price_of=_price,
-                payload=call_bytes(request.payload, request.take))
-            if begin.slot is not None or begin.claimed:
-                return begin
-            if begin.repeat is not None:
-                raise self._repeat(request, str(begin.repeat.identity))
-            if begin.over_budget is not None:
-                raise BudgetExceeded(f"call at {request.identity}: {begin.over_budget}",
-                                     identity=str(request.identity))
-            existing = begin.attempt
-            assert existing is not None
-            if existing.status is AttemptStatus.PENDING and self._in_flight(existing):
-                if time.monotonic() < deadline:
-                    time.sleep(0.05)  # a duplicate delivery: wait for its commit, then replay
-                    continue
-            if existing.status is AttemptStatus.PENDING:
-                marked = mark_unresolved(self.store, existing, by="revise",
-                                         reason="owner is gone and the attempt never committed")
-                if marked is None:
-                    continue  # committed or marked meanwhile: claim again to see which
-                existing = marked
-            if capability.side_effecting:
-                raise AttemptUnresolved(
-                    f"{request.identity} has an unresolved attempt (#{existing.number}, owner "
-                    f"{existing.owner}): the provider may or may not have completed it. Resolve "
-                    f"it with `revise reconcile {request.run_id} '{request.identity}' --result "
-                    "FILE` or `--abandon`", identity=str(request.identity),
-                    attempt_id=existing.id)
-            # Read-only capability: a repeat costs budget, not a duplicate artifact.
-            self.store.resolve_attempt(existing.id, AttemptStatus.ABANDONED, operator="revise",
-                                       reason="read-only capability: auto-abandoned for retry")
+            begins = self.store.begin_calls(
+                first.run_id, first.revision, self.owner, claims,
+                budget=budget_check(self.envelope.budget), price_of=_price)
+            in_the_way = in_flight = False
+            for (request, capability), begin in zip(checked, begins, strict=True):
+                self._raise_stop(request, begin)
+                if begin.in_the_way:
+                    assert begin.attempt is not None
+                    in_the_way = True
+                    in_flight = self._clear(request, capability, begin.attempt) or in_flight
+            if not in_the_way:
+                return begins
+            if in_flight:
+                time.sleep(delay)
+                delay = min(delay * 1.5, 0.5)
 
-    def _already_committed(self, request: CallRequest, slot: SlotRecord) -> CallReport:
-        if not slot.same_call(request.capability, request.digest):
+    def _raise_stop(self, request: CallRequest, begin: Begin) -> None:
+        where = str(request.identity)
+        if begin.stale is not None:
+            raise RevisionNotRunning(
+                f"the call at {where} belongs to revision {request.revision} of run "
+                f"{request.run_id}, which is {begin.stale}, not running: nothing is spent",
+                identity=where, status=begin.stale)
+        if begin.slot is not None and not begin.slot.same_call(request.capability,
+                                                              request.digest):
             raise ReplayDivergence(
-                f"{request.identity} is committed with another payload and cannot change; the "
-                "run stops before any new effect", identity=str(request.identity),
-                committed_digest=slot.digest, digest=request.digest)
-        return CallReport(request.identity, request.capability, Outcome.REPLAYED,
-                          result=slot.result, committed_by=slot.revision)
+                f"{where} is committed with another payload and cannot change; the run "
+                "stops before any new effect", identity=where,
+                committed_digest=begin.slot.digest, digest=request.digest)
+        if begin.repeat is not None:
+            raise self._repeat(request, str(begin.repeat.identity))
+        if begin.over_budget is not None:
+            raise BudgetExceeded(f"call at {where}: {begin.over_budget}", identity=where)
 
-    def _in_flight(self, attempt: AttemptRecord) -> bool:
-        alive = owner_alive(attempt.owner)
-        if alive is not None:
-            return alive
-        age = time.time() - attempt.heartbeat_at.timestamp()
-        return age < self.settings.attempt_lease_seconds
+    def _clear(self, request: CallRequest, capability: Capability, existing: AttemptRecord
+               ) -> bool:
+        """An open attempt is in the way. True while its owner is alive (wait); else it is
+        unresolved, which stops a side-effecting call, and a read-only one is abandoned
+        and retried (at most ``READ_ONLY_RETRIES`` times: its worker may keep dying)."""
+        lease = self.settings.attempt_lease_seconds
+        if existing.status is AttemptStatus.PENDING and not attempt_expired(existing, lease):
+            return True
+        if existing.status is AttemptStatus.PENDING:
+            marked = mark_unresolved(self.store, existing, by="revise",
+                                     reason="owner is gone and the attempt never committed")
+            if marked is None:
+                return False  # committed or marked meanwhile: claim again to see which
+            existing = marked
+        retried = sum(1 for a in self.store.list_attempts(request.run_id)
+                      if a.identity == request.identity and a.status is AttemptStatus.ABANDONED)
+        if capability.side_effecting or retried >= READ_ONLY_RETRIES:
+            why = ("the provider may or may not have completed it" if capability.side_effecting
+                   else f"its worker died {retried + 1} times; it is not retried again")
+            raise AttemptUnresolved(
+                f"{request.identity} has an unresolved attempt (#{existing.number}, owner "
+                f"{existing.owner}): {why}. Resolve it with `revise reconcile "
+                f"{request.run_id} '{request.identity}' --result FILE` or `--abandon`",
+                identity=str(request.identity), attempt_id=existing.id)
+        # Read-only capability: a repeat costs budget, not a duplicate artifact.
+        self.store.resolve_attempt(existing.id, AttemptStatus.ABANDONED, operator="revise",
+                                   reason="read-only capability: auto-abandoned for retry")
+        return False
 
     # ---- the provider and the commit --------------------------------------------------------
 
@@ -214,7 +307,7 @@ class Broker:
                attempt: AttemptRecord) -> CallReport:
         call = CallContext(request.run_id, str(request.identity), attempt.idempotency_key or "",
                            timeout_seconds=self.envelope.call_timeout_seconds)
-        with _Heartbeat(self.store, attempt.id, self.settings.attempt_lease_seconds / 3):
+        with self.heartbeats.hold(attempt.id):
             try:
                 answer = self._call_provider(request, capability, call, attempt)
             except CapabilityError as exc:
@@ -341,28 +434,3 @@ class Broker:
         except StoreUnavailable:
             log.warning("could not record event %s for %s: store unavailable", kind,
                         request.identity)
-
-
-class _Heartbeat:
-    """Keeps a long provider call's attempt fresh so it is not taken for a dead one."""
-
-    def __init__(self, store: RunStore, attempt_id: int, interval: float) -> None:
-        self._store = store
-        self._attempt_id = attempt_id
-        self._interval = max(interval, 0.5)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True)
-
-    def _beat(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self._store.heartbeat_attempt(self._attempt_id)
-            except StoreUnavailable:
-                log.warning("heartbeat failed for attempt %s", self._attempt_id)
-
-    def __enter__(self) -> _Heartbeat:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()

@@ -120,6 +120,13 @@ class AttemptInFlight(SafetyStop):
     code = "attempt_in_flight"
 
 
+class RevisionNotRunning(SafetyStop):
+    """A call of a revision that is no longer running (finished, or failed as lost): a late
+    or redelivered copy. Nothing is spent; the delivery is acknowledged as stale."""
+
+    code = "revision_not_running"
+
+
 class SemanticRepeatDenied(SafetyStop):
     code = "semantic_repeat_denied"
 

@@ -69,14 +69,47 @@ class AttemptRecord:
 
 
 @dataclass(frozen=True)
-class Begin:
-    """The store's decision on a call about to be dispatched (one transaction)."""
+class CallClaim:
+    """One call of a wave as the claim transaction sees it."""
 
-    slot: SlotRecord | None = None  # already committed at this identity
+    identity: Identity
+    capability: str
+    digest: str
+    idempotency_key: str | None = None
+    check_ledger: bool = True  # False when the host's ledger policy let a repeat through
+    payload: bytes | None = None  # the bytes whose sha256 is the payload blob's digest
+
+
+@dataclass(frozen=True)
+class Begin:
+    """The store's decision on one call of a wave (the wave is decided in one transaction).
+
+    Exactly one field says what happened: committed already (``slot``: a replay, or a
+    divergence when it is another call), a stop (``repeat``, ``over_budget``), an open
+    attempt in the way (``attempt``, not ``claimed``), this revision's own failed attempt
+    (``failed``: answered again, never paid twice), a revision that is no longer running
+    (``stale``), or ours to spend (``attempt`` and ``claimed``). Nothing at all (every
+    field empty) when another call of the wave stopped or was in the way: the claim
+    transaction claims a whole wave or nothing.
+    """
+
+    slot: SlotRecord | None = None
     repeat: SlotRecord | None = None  # the same payload paid at another identity before
     over_budget: str | None = None  # why the budget does not allow one more attempt
     attempt: AttemptRecord | None = None  # ours when ``claimed``, else the open one in the way
     claimed: bool = False
+    failed: AttemptRecord | None = None
+    stale: str | None = None  # the revision's status when it is no longer running
+
+    def stops(self, capability: str, digest: str) -> bool:
+        """Does this decision stop the wave (nothing of it may be dispatched)?"""
+        return (self.repeat is not None or self.over_budget is not None
+                or self.stale is not None
+                or (self.slot is not None and not self.slot.same_call(capability, digest)))
+
+    @property
+    def in_the_way(self) -> bool:
+        return self.attempt is not None and not self.claimed
 
 
 @dataclass(frozen=True)

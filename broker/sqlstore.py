@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -52,6 +52,7 @@ from broker.records import (
     AttemptRecord,
     AttemptStatus,
     Begin,
+    CallClaim,
     CertificateRecord,
     Claim,
     EventRecord,
@@ -76,7 +77,8 @@ blobs = cast(Table, models.Blob.__table__)
 jobs = cast(Table, models.Job.__table__)
 
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
-_NOT_CLAIMABLE = {*_OPEN, AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
+_COMMITTED = {AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
+_NOT_CLAIMABLE = {*_OPEN, *_COMMITTED}
 _SLOT_KEY = ["run_id", "site", "path", "occurrence"]
 _TRANSIENT = {"40001", "40P01"}  # serialization failure, deadlock detected
 _TRANSIENT_RETRIES = 3
@@ -176,16 +178,19 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
 BudgetCheck = Callable[[str, int, float], "str | None"]
 
 
-def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
-                   digest: str, revision: int, owner: str, idempotency_key: str | None, *,
-                   check_ledger: bool, budget: BudgetCheck | None,
-                   price_of: Callable[[str], float], payload: bytes | None = None) -> Begin:
-    """Decide and record a call in one transaction: committed already? paid at another
-    identity by another revision (earlier, or a concurrent one that committed first)?
-    an open attempt in the way? within budget? else claim the next attempt.
+def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
+                    claims: Sequence[CallClaim], *, budget: BudgetCheck | None,
+                    price_of: Callable[[str], float]) -> list[Begin]:
+    """Decide and record the calls of one wave in one transaction: for each, committed
+    already? paid at another identity by another revision (earlier, or a concurrent one
+    that committed first)? an open attempt in the way? within budget? else claim the next
+    attempt and store the payload blob.
 
-    ``payload`` (the bytes whose sha256 is ``digest``) is stored as the run's payload
-    blob in the same transaction, so the repair prompt can show what reached the call.
+    A wave is claimed whole or not at all: when any of its calls stops (a divergence, a
+    semantic repeat, the budget) or finds an open attempt in the way, ``WaveRefused``
+    rolls the transaction back and nothing is claimed, so a stop anywhere in a wave
+    dispatches none of it. A revision that is no longer running (finished, or lost and
+    failed by the reconciler) claims nothing either: a late delivery never spends.
 
     The run's row is locked first (PostgreSQL; SQLite writers hold the database lock),
     so concurrent broker workers of one run decide one after the other and can never
@@ -193,31 +198,73 @@ def begin_call_txn(conn: Connection, run_id: str, identity: Identity, capability
     """
     if conn.dialect.name == "postgresql":
         conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
-    if payload is not None:
-        put_blob_txn(conn, run_id, "payload", payload)
-    row = conn.execute(select(slots).where(_at(slots, run_id, identity))).first()
+    status = conn.execute(select(revisions.c.status).where(
+        revisions.c.run_id == run_id, revisions.c.revision == revision)).scalar()
+    if status != "running":
+        return [Begin(stale=status or "missing")] * len(claims)
+    calls, cost = _spent_txn(conn, run_id, price_of) if budget is not None else (0, 0.0)
+    decisions: list[Begin] = []
+    for claim in claims:
+        begin = _decided_txn(conn, run_id, revision, claim)
+        if begin is None and budget is not None:
+            refusal = budget(claim.capability, calls, cost)
+            begin = None if refusal is None else Begin(over_budget=refusal)
+        if begin is None:
+            if claim.payload is not None:
+                put_blob_txn(conn, run_id, "payload", claim.payload)
+            begin = Begin(claimed=True, attempt=_insert_attempt_txn(
+                conn, run_id, claim.identity, claim.capability, claim.digest, revision,
+                owner, claim.idempotency_key, _latest_attempt(conn, run_id, claim.identity)))
+            calls, cost = calls + 1, cost + price_of(claim.capability)
+        decisions.append(begin)
+    if any(d.in_the_way or d.stops(c.capability, c.digest)
+           for d, c in zip(decisions, claims, strict=True)):
+        raise WaveRefused([Begin() if d.claimed else d for d in decisions])
+    return decisions
+
+
+class WaveRefused(Exception):
+    """Raised inside the claim transaction to roll it back; carries the decisions."""
+
+    def __init__(self, decisions: list[Begin]) -> None:
+        super().__init__("the wave claims nothing")
+        self.decisions = decisions
+
+
+def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim
+                 ) -> Begin | None:
+    """What stands in the way of claiming ``claim`` (None: nothing does)."""
+    row = conn.execute(select(slots).where(_at(slots, run_id, claim.identity))).first()
     if row is not None:
         return Begin(slot=slot_record(row))
-    if check_ledger:
+    if claim.check_ledger:
         paid = conn.execute(select(slots).where(
-            slots.c.run_id == run_id, slots.c.capability == capability,
-            slots.c.digest == digest, slots.c.revision != revision).limit(1)).first()
+            slots.c.run_id == run_id, slots.c.capability == claim.capability,
+            slots.c.digest == claim.digest, slots.c.revision != revision).limit(1)).first()
         if paid is not None:
             return Begin(repeat=slot_record(paid))
-    latest = _latest_attempt(conn, run_id, identity)
-    if latest is not None and latest.status in _NOT_CLAIMABLE:
+    latest = _latest_attempt(conn, run_id, claim.identity)
+    if latest is None:
+        return None
+    if latest.status in _COMMITTED:
+        # Committed between the slot read and this one (PostgreSQL reads each statement's
+        # own snapshot): read the slot again and replay it.
+        row = conn.execute(select(slots).where(_at(slots, run_id, claim.identity))).first()
+        return Begin(slot=slot_record(row)) if row is not None else Begin(
+            attempt=attempt_record(latest))
+    if latest.status in _OPEN:
         return Begin(attempt=attempt_record(latest))
-    if budget is not None:
-        spent = conn.execute(select(attempts.c.capability, func.count()).where(
-            attempts.c.run_id == run_id).group_by(attempts.c.capability)).all()
-        calls = sum(n for _, n in spent)
-        cost = sum(price_of(name) * n for name, n in spent)
-        refusal = budget(capability, calls, cost)
-        if refusal is not None:
-            return Begin(over_budget=refusal)
-    attempt = _insert_attempt_txn(conn, run_id, identity, capability, digest, revision, owner,
-                                  idempotency_key, latest)
-    return Begin(attempt=attempt, claimed=True)
+    if latest.status == AttemptStatus.FAILED.value and latest.revision == revision:
+        return Begin(failed=attempt_record(latest))  # a redelivery: the same answer again
+    return None
+
+
+def _spent_txn(conn: Connection, run_id: str, price_of: Callable[[str], float]
+               ) -> tuple[int, float]:
+    """Provider dispatch attempts of the run so far, and their cost."""
+    spent = conn.execute(select(attempts.c.capability, func.count()).where(
+        attempts.c.run_id == run_id).group_by(attempts.c.capability)).all()
+    return sum(n for _, n in spent), sum(price_of(name) * n for name, n in spent)
 
 
 def _latest_attempt(conn: Connection, run_id: str, identity: Identity) -> Any:
@@ -573,14 +620,15 @@ class SqlStore:
 
     # -- attempts --
 
-    def begin_call(self, run_id: str, identity: Identity, capability: str, digest: str,
-                   revision: int, owner: str, idempotency_key: str | None, *,
-                   check_ledger: bool, budget: BudgetCheck | None,
-                   price_of: Callable[[str], float], payload: bytes | None = None) -> Begin:
-        return self._run("deciding a call", lambda c: begin_call_txn(
-            c, run_id, identity, capability, digest, revision, owner, idempotency_key,
-            check_ledger=check_ledger, budget=budget, price_of=price_of, payload=payload),
-            race_retries=10)
+    def begin_calls(self, run_id: str, revision: int, owner: str,
+                    claims: Sequence[CallClaim], *, budget: BudgetCheck | None,
+                    price_of: Callable[[str], float]) -> list[Begin]:
+        try:
+            return self._run("deciding calls", lambda c: begin_calls_txn(
+                c, run_id, revision, owner, claims, budget=budget, price_of=price_of),
+                race_retries=10)
+        except WaveRefused as refused:
+            return refused.decisions
 
     def paid_identities(self, run_id: str, capability: str, digest: str,
                         other_than: int) -> list[Identity]:
@@ -608,14 +656,17 @@ class SqlStore:
         self._settle(attempt_id, "failing an attempt",
                      status=AttemptStatus.FAILED.value, error=error)
 
-    def heartbeat_attempt(self, attempt_id: int) -> None:
-        self._settle(attempt_id, "heartbeating an attempt", heartbeat_at=models.utcnow())
+    def heartbeat_attempts(self, attempt_ids: Collection[int]) -> None:
+        """Renew the heartbeat of those of ``attempt_ids`` that are still pending."""
+        self._run("heartbeating attempts", lambda c: c.execute(update(attempts).where(
+            attempts.c.id.in_(list(attempt_ids)),
+            attempts.c.status == AttemptStatus.PENDING.value).values(
+                heartbeat_at=models.utcnow())))
 
     def _settle(self, attempt_id: int, action: str, **values: Any) -> None:
         def txn(conn: Connection) -> bool:
-            statuses = [AttemptStatus.PENDING.value] if "heartbeat_at" in values else _OPEN
             done = conn.execute(update(attempts).where(
-                attempts.c.id == attempt_id, attempts.c.status.in_(statuses)).values(**values))
+                attempts.c.id == attempt_id, attempts.c.status.in_(_OPEN)).values(**values))
             return done.rowcount > 0 or conn.execute(
                 select(attempts.c.id).where(attempts.c.id == attempt_id)).first() is not None
 

@@ -8,7 +8,7 @@ Every method raises ``StoreUnavailable`` when the database does not answer.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -17,6 +17,7 @@ from broker.records import (
     AttemptRecord,
     AttemptStatus,
     Begin,
+    CallClaim,
     CertificateRecord,
     Claim,
     EventRecord,
@@ -69,16 +70,15 @@ class RunStore(Protocol):
                         other_than: int) -> list[Identity]: ...
 
     # attempts (written before dispatch)
-    def begin_call(self, run_id: str, identity: Identity, capability: str, digest: str,
-                   revision: int, owner: str, idempotency_key: str | None, *,
-                   check_ledger: bool, budget: Callable[[str, int, float], str | None] | None,
-                   price_of: Callable[[str], float], payload: bytes | None = None
-                   ) -> Begin: ...
+    def begin_calls(self, run_id: str, revision: int, owner: str,
+                    claims: Sequence[CallClaim], *,
+                    budget: Callable[[str, int, float], str | None] | None,
+                    price_of: Callable[[str], float]) -> list[Begin]: ...
     def claim_attempt(self, run_id: str, identity: Identity, capability: str, digest: str,
                       revision: int, owner: str, idempotency_key: str | None) -> Claim: ...
     def commit(self, slot: SlotRecord, attempt_id: int | None) -> SlotRecord: ...
     def fail_attempt(self, attempt_id: int, error: dict[str, Any]) -> None: ...
-    def heartbeat_attempt(self, attempt_id: int) -> None: ...
+    def heartbeat_attempts(self, attempt_ids: Collection[int]) -> None: ...
     def list_attempts(self, run_id: str | None = None,
                       statuses: frozenset[AttemptStatus] | None = None
                       ) -> list[AttemptRecord]: ...

@@ -152,11 +152,11 @@ class Pipeline:
             self.store.set_run_status(run_id, RunStatus.STOPPED, report.error.message[:500]
                                       if report.error else None)
             return report
+        executor = self.executor_for(envelope)
         session = Session(
             run_id=run_id, revision=revision, admission=admission, prefix=Prefix(slots),
             args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
-            store=self.store, runner=self.runner,
-            executor=self.executor_for(envelope),
+            store=self.store, runner=self.runner, executor=executor,
             rpc_dir=_rpc_dir(run_id, revision, delivery))
         self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
                              revision=revision)
@@ -165,6 +165,7 @@ class Pipeline:
                                self.settings.revision_lease_seconds):
                 result = session.run()
         finally:
+            executor.close()
             shutil.rmtree(session.rpc_dir.parent, ignore_errors=True)
         self.store.add_event(run_id, "sandbox_exit", "sandbox finished", revision=revision,
                              data={"calls": len(result.calls)})

@@ -22,6 +22,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -67,7 +68,13 @@ _ERROR_FIELDS: dict[str, tuple[type, ...]] = {
 
 
 class Executor(Protocol):
-    def execute(self, request: CallRequest) -> CallReport: ...
+    """What spends on new calls: the broker in-process, or Celery capability tasks."""
+
+    def execute_wave(self, requests: Sequence[CallRequest]) -> Iterable[CallReport]:
+        """One report per call as it is ready, or a single stop report."""
+        ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -286,10 +293,13 @@ class Session:
             new = self._apply(seq, call, request, decision)
             if new is not None:
                 dispatch.append((seq, new))
-        if self._latched.is_set():
+        if self._latched.is_set() or not dispatch:
             return  # wave-first: a stop anywhere in the wave dispatches none of it
-        for seq, request in dispatch:
-            pool.submit(self._execute, seq, request)
+        # The new calls of a wave are claimed together. While a race is open its
+        # branches' first calls go one by one: the first answer wins, none waits for all.
+        groups = [[one] for one in dispatch] if self._state.races else [dispatch]
+        for group in groups:
+            pool.submit(self._execute_wave, group)
 
     def _apply(self, seq: int, call: Call, request: CallRequest, decision: Decision
                ) -> CallRequest | None:
@@ -347,17 +357,26 @@ class Session:
             self._event("semantic_repeat", message, call.identity)
         return replace(request, allow_repeat=True)
 
-    def _execute(self, seq: int, request: CallRequest) -> None:
+    def _execute_wave(self, calls: list[tuple[int, CallRequest]]) -> None:
         if self._latched.is_set():
-            return  # the revision stopped before this call reached the provider
+            return  # the revision stopped before these calls reached the provider
+        waiting = {request.identity: seq for seq, request in calls}
         try:
-            report = self.executor.execute(request)
+            for report in self.executor.execute_wave([request for _, request in calls]):
+                self._reported(waiting.pop(report.identity), report)
         except Exception as exc:  # an executor that cannot even report: fail closed
-            log.exception("executor failed at %s in run %s", request.identity, self.run_id)
-            self.latch(SandboxError(f"the call at {request.identity} could not be executed: "
-                                    f"{exc}", identity=str(request.identity)))
+            log.exception("executor failed at %s in run %s", calls[0][1].identity,
+                          self.run_id)
+            self.latch(SandboxError(f"the calls at {calls[0][1].identity} and after could not "
+                                    f"be executed: {exc}", identity=str(calls[0][1].identity)))
             return
-        self._record(Recorded(request.identity, request.capability, report.outcome,
+        if waiting and not self._latched.is_set():
+            first = min(waiting, key=str)
+            self.latch(SandboxError(f"the executor gave no answer for the call at {first}",
+                                    identity=str(first)))
+
+    def _reported(self, seq: int, report: CallReport) -> None:
+        self._record(Recorded(report.identity, report.capability, report.outcome,
                               report.attempted, report.cost, committed_by=report.committed_by))
         self.warnings.extend(report.warnings)
         if report.stop is not None:

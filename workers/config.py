@@ -31,6 +31,10 @@ class WorkerSettings(BaseSettings):
     capability_wait_seconds: float = Field(
         default=900.0, gt=0, description="how long a sandbox worker waits for one call's "
         "answer (queue wait + provider time) before it stops the run fail-closed")
+    wave_chunk: int = Field(
+        default=16, ge=1, le=64, description="new calls of one fanout wave sent to the broker "
+        "workers as one capability task (claimed in one transaction); a wider wave is split "
+        "into tasks of this many calls, so it spreads over broker workers")
     reconcile_interval: float = Field(
         default=10.0, gt=0, description="seconds between the reconciler's sweeps for "
         "attempts and revisions whose worker died and jobs whose message was lost")

@@ -19,6 +19,7 @@ from broker.artifact_stores import open_artifact_store
 from broker.artifacts import ArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
+from broker.heartbeats import AttemptHeartbeats
 from broker.ledger import Ledger
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
@@ -91,9 +92,14 @@ class WorkerContext:
     def provider(self) -> Provider:
         return build_provider(self.settings, self.artifacts, latency=self.queue.local_latency)
 
+    @cached_property
+    def heartbeats(self) -> AttemptHeartbeats:
+        """One thread renews every attempt this process holds open."""
+        return AttemptHeartbeats(self.store, self.settings.attempt_lease_seconds / 3)
+
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,
-                      settings=self.settings, ledger=self.ledger)
+                      settings=self.settings, ledger=self.ledger, heartbeats=self.heartbeats)
 
     def drain_spool_in_background(self) -> None:
         """Commit the paid results this host's spool holds, retrying until the store has

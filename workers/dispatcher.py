@@ -22,7 +22,7 @@ from broker.errors import ReviseError, StoreUnavailable
 from orchestrator.pipeline import Admitted, Pipeline
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
-from workers.lease import Verdict
+from workers.lease import Grant, run_leased
 from workers.messages import DispatchJob, InvalidMessage, check_task_id, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
 from workers.recovery import sandbox_task_id
@@ -58,32 +58,22 @@ def _dispatch(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str,
     accepted = ctx.store.get_job(job_id)
     if accepted is not None:  # accepted before (the answer may have been lost with Redis)
         return _answer(job_id, job, revision=accepted.revision, accepted=True)
-    grant = ctx.lease.begin(job_id, wait=ctx.queue.lease_seconds * 1.5)
-    if grant.verdict is Verdict.DONE:
-        return grant.answer
-    if grant.verdict is Verdict.DUPLICATE:
+
+    def duplicate(grant: Grant) -> dict[str, Any]:
         found = ctx.lease.wait_answer(job_id, ctx.queue.dispatch_time_limit)
         return found[0] if found else _answer(job_id, job, error={
             "type": "AttemptInFlight", "identity": None,
             "message": f"job {job_id} is still being dispatched by {grant.holder}"})
-    if grant.verdict is Verdict.GIVE_UP:
-        answer = _answer(job_id, job, error={
+
+    def give_up(grant: Grant) -> dict[str, Any]:
+        return _answer(job_id, job, error={
             "type": "DispatchFailed", "identity": None,
             "message": f"gave up after {grant.starts - 1} deliveries: the dispatcher died "
                        "each time"})
-        ctx.lease.finish(grant, answer)
-        return answer
-    try:
-        with ctx.lease.hold(grant):
-            answer = _admit(ctx, job_id, job)
-    except StoreUnavailable:
-        ctx.lease.release(grant, counted=False)
-        raise
-    except BaseException:
-        ctx.lease.release(grant)
-        raise
-    ctx.lease.finish(grant, answer)
-    return answer
+
+    return run_leased(ctx.lease, job_id, wait=ctx.queue.lease_seconds * 1.5,
+                      uncounted=(StoreUnavailable,), duplicate=duplicate, give_up=give_up,
+                      run=lambda _: _admit(ctx, job_id, job))
 
 
 def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:

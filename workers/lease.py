@@ -18,6 +18,12 @@ a dead holder is seen at once; from anywhere else (another host, another
 namespace, even one with the same hostname) only the lease tells, and it
 expires ``ttl`` seconds after its last renewal. A holder renews the lease
 every ``ttl / 3`` from a background thread for as long as the job runs.
+
+``run_leased`` is the one way a task goes through these verdicts (the
+dispatcher, the sandbox job and the capability call all use it). A capability
+call takes the lease without exclusivity: the run store's claim transaction
+already keeps its concurrent copies apart and bounds a call whose worker keeps
+dying (``broker.dispatch``), so only its answer lives here.
 """
 
 from __future__ import annotations
@@ -26,8 +32,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -79,8 +85,14 @@ class JobLease:
 
     # ---- deciding ------------------------------------------------------------------------
 
-    def begin(self, job_id: str, *, wait: float = 0.0) -> Grant:
-        """Decide this delivery; wait up to ``wait`` s for a holder whose liveness is unknown."""
+    def begin(self, job_id: str, *, wait: float = 0.0, exclusive: bool = True) -> Grant:
+        """Decide this delivery; wait up to ``wait`` s for a holder whose liveness is unknown.
+
+        ``exclusive=False`` only looks for the stored answer (one round trip): for a task
+        whose concurrent copies, and the copies of a worker that keeps dying, the run store
+        already keeps apart (a capability call: the store's claim transaction)."""
+        if not exclusive:
+            return self._answered(job_id)
         me = current_owner()
         deadline = time.monotonic() + wait
         while True:
@@ -104,6 +116,12 @@ class JobLease:
                 return Grant(Verdict.DUPLICATE, job_id, holder=holder)
             time.sleep(min(0.5, self._ttl_ms / 4000))
 
+    def _answered(self, job_id: str) -> Grant:
+        done = self.answer(job_id)
+        if done is not None:
+            return Grant(Verdict.DONE, job_id, answer=done[0])
+        return Grant(Verdict.RUN, job_id, holder=None)
+
     def _start(self, job_id: str, me: str) -> Grant:
         starts_key = self._key(job_id, "starts")
         with self._redis.pipeline(transaction=True) as pipe:
@@ -115,9 +133,9 @@ class JobLease:
 
     # ---- holding and finishing -----------------------------------------------------------
 
-    def hold(self, grant: Grant) -> _Renewal:
+    def hold(self, grant: Grant) -> AbstractContextManager[object]:
         """Context manager that renews ``grant``'s lease while the job runs."""
-        return _Renewal(self, grant)
+        return _Renewal(self, grant) if grant.holder is not None else nullcontext()
 
     def renew(self, grant: Grant) -> bool:
         lease = self._key(grant.job_id, "lease")
@@ -133,42 +151,11 @@ class JobLease:
         """Give the lease up; ``counted=False`` when this start does not count towards
         ``max_deliveries`` (it stopped because a service was away, not because its
         worker died)."""
+        if grant.holder is None:
+            return  # a lease without exclusivity holds nothing
         self._swap(keys=[self._key(grant.job_id, "lease")], args=[grant.holder, "", 0])
         if not counted:
             self._redis.decr(self._key(grant.job_id, "starts"))
-
-    @contextmanager
-    def exclusive(self, key: str, timeout: float) -> Iterator[None]:
-        """Hold ``key`` alone while the block runs; wait (up to ``timeout``) for a live holder.
-
-        Broker workers take it per call identity: two deliveries of one call then
-        meet the run store one after the other, and the second replays the first's
-        commit. (The store's attempt claim alone leaves a window: a duplicate that
-        read "no slot" just before the first committed could claim a new attempt
-        just after.) After ``timeout`` the block runs anyway, under the claim alone.
-        """
-        me = current_owner()
-        lease = self._key(key, "lease")
-        deadline = time.monotonic() + timeout
-        delay = 0.005
-        while not self._redis.set(lease, me, px=self._ttl_ms, nx=True):
-            holder = self._redis.get(lease)
-            if holder is not None and owner_alive(holder.decode()) is False and self._swap(
-                    keys=[lease], args=[holder.decode(), me, self._ttl_ms]):
-                break
-            if time.monotonic() >= deadline:
-                log.warning("%s: still held by %s after %.0f s; going on under the store's "
-                            "claim alone", key, holder, timeout)
-                yield
-                return
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.1)
-        grant = Grant(Verdict.RUN, key, holder=me)
-        try:
-            with self.hold(grant):
-                yield
-        finally:
-            self.release(grant)
 
     def answer(self, job_id: str) -> tuple[Any] | None:
         """``(answer,)`` once the job finished, else None."""
@@ -195,6 +182,52 @@ class JobLease:
     def holder(self, job_id: str) -> str | None:
         raw = self._redis.get(self._key(job_id, "lease"))
         return None if raw is None else raw.decode()
+
+
+@dataclass(frozen=True)
+class Released:
+    """What a leased task's ``run`` returns when it gives the lease back with no answer to
+    keep (the job turned out to be finished elsewhere): later deliveries decide again."""
+
+    answer: Any
+
+
+def run_leased(lease: JobLease, job_id: str, *, run: Callable[[Grant], Any],
+               give_up: Callable[[Grant], Any] | None = None,
+               duplicate: Callable[[Grant], Any] | None = None, wait: float = 0.0,
+               exclusive: bool = True, uncounted: tuple[type[BaseException], ...] = ()
+               ) -> Any:
+    """One delivery of a leased task, the same way for every task: the stored answer of a
+    finished job; ``duplicate`` while a live copy holds the lease; ``give_up`` once the
+    job was started ``max_deliveries`` times; else ``run`` under the renewed lease. The
+    answer is stored (later deliveries get it) and the lease released.
+
+    An exception releases the lease so a redelivery decides again; one of ``uncounted``
+    (a service was away, the worker did not die) does not count as a start."""
+    grant = lease.begin(job_id, wait=wait, exclusive=exclusive)
+    if grant.verdict is Verdict.DONE:
+        return grant.answer
+    if grant.verdict is Verdict.DUPLICATE:
+        assert duplicate is not None, "a non-exclusive lease has no duplicates"
+        return duplicate(grant)
+    try:
+        if grant.verdict is Verdict.GIVE_UP:
+            assert give_up is not None, "a non-exclusive lease never gives up"
+            answer = give_up(grant)
+        else:
+            with lease.hold(grant):
+                answer = run(grant)
+    except uncounted:
+        lease.release(grant, counted=False)
+        raise
+    except BaseException:
+        lease.release(grant)
+        raise
+    if isinstance(answer, Released):
+        lease.release(grant)
+        return answer.answer
+    lease.finish(grant, answer)
+    return answer
 
 
 class _Renewal:

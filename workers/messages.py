@@ -24,6 +24,7 @@ from pydantic import (
     Field,
     JsonValue,
     ValidationError,
+    model_validator,
 )
 
 from broker.envelope import Envelope
@@ -142,12 +143,24 @@ class CallRequestWire(_Message):
     allow_repeat: bool = False
 
 
-class CapabilityCall(_Message):
-    """``revise.capability``: the task's three arguments (``workers.remote``)."""
+WAVE_CALLS = 64  # calls of one wave in one capability task at most (workers.remote)
 
-    request: CallRequestWire
+
+class CapabilityCall(_Message):
+    """``revise.capability``: the task's three arguments (``workers.remote``): the new
+    calls of one wave (one run and revision, each identity once)."""
+
+    requests: Annotated[list[CallRequestWire], Field(min_length=1, max_length=WAVE_CALLS)]
     envelope: Envelope
     origin: int | None = None  # the asking sandbox job's delivery number
+
+    @model_validator(mode="after")
+    def _one_revision(self) -> CapabilityCall:
+        if len({(r.run_id, r.revision) for r in self.requests}) != 1:
+            raise ValueError("the calls of one capability task belong to one run and revision")
+        if len({r.identity for r in self.requests}) != len(self.requests):
+            raise ValueError("an identity appears twice among the calls")
+        return self
 
 
 M = TypeVar("M", bound=BaseModel)

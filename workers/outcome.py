@@ -80,14 +80,18 @@ def run_outcome(answer: dict[str, Any], *, carry: dict[str, Any] | None = None
                answer.get("revision"), answer if carry is None else carry)
 
 
-def call_outcome(answer: dict[str, Any], run_id: str | None) -> CallFailed | None:
-    """The exception for a capability task's answer, or None when a result came back."""
-    outcome = answer.get("outcome")
-    if outcome not in FAILED_CALL_OUTCOMES:
+def wave_outcome(answer: dict[str, Any], run_id: str | None) -> CallFailed | None:
+    """The exception for a capability task's answer (``{"reports": [...]}``), or None when
+    every call of its wave got a result. It names the first call without one."""
+    reports = [r for r in answer.get("reports") or [] if isinstance(r, dict)]
+    failed = [r for r in reports if r.get("outcome") in FAILED_CALL_OUTCOMES]
+    if not failed:
         return None
-    error = answer.get("error") or answer.get("stop") or {}
-    message = f"{outcome}: {error.get('message') or 'no message'}"
-    return CallFailed(message, error.get("type"), answer.get("identity"), run_id, None,
+    first = failed[0]
+    error = first.get("error") or first.get("stop") or {}
+    more = f" (and {len(failed) - 1} more of its wave)" if len(failed) > 1 else ""
+    message = f"{first['outcome']}: {error.get('message') or 'no message'}{more}"
+    return CallFailed(message, error.get("type"), first.get("identity"), run_id, None,
                       answer)
 
 

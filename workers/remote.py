@@ -1,14 +1,18 @@
-"""The executor a sandbox worker's revision uses: each new call becomes one capability task.
+"""The executor a sandbox worker's revision uses: the new calls of a wave become
+capability tasks.
 
 Only new work travels: replays and divergences are decided on the sandbox
 worker from the prefix it loaded (``orchestrator.session``). ``RemoteExecutor``
-sends ``CallRequest.to_wire()`` to the ``capabilities`` queue and waits for the
-``CallReport``. Celery moves single calls only: fanout, joins and ordering stay
-in the sandbox runtime and the run store (no chords or groups, whose joins and
-error callbacks we cannot make exactly-once).
+sends the wave's new calls (``CallRequest.to_wire()``, at most ``chunk`` per task,
+``REVISE_CELERY_WAVE_CHUNK``, so a wide fanout spreads over broker workers) to the ``capabilities``
+queue and yields each task's ``CallReport``s as it answers. The broker worker
+claims a task's calls in one transaction (``broker.dispatch``). Celery moves
+waves only: fanout, joins and ordering stay in the sandbox runtime and the run
+store (no chords or groups, whose joins and error callbacks we cannot make
+exactly-once).
 
-The task id is derived from (job, identity), so a redelivered sandbox job that
-asks for the same call again gets the same task, whose stored answer is
+The task id is derived from (job, identities), so a redelivered sandbox job that
+asks for the same calls again gets the same task, whose stored answer is
 returned without another provider call (see ``workers.capability``).
 
 Why waiting here cannot deadlock: the sandbox worker waits only on tasks of the
@@ -17,8 +21,8 @@ those tasks run in separate broker worker processes that never wait on
 anything queued.
 
 The wait is bounded by what the store and the transport say, not by a constant:
-while no answer comes, the call's attempt is watched. A committed slot is the
-answer (the result backend may have lost it); an attempt whose owner died or
+while no answer comes, the calls' attempts are watched. Committed slots for all
+of them are the answer (the result backend may have lost it); an attempt whose owner died or
 whose lease expired stops the call fail-closed (``AttemptUnresolved``) at once;
 a task whose message is neither queued nor delivered and that never claimed an
 attempt within a lease period was lost (a Redis restart): it is sent once more
@@ -32,6 +36,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any
 
 from celery import Celery
@@ -46,9 +52,11 @@ from broker.errors import (
     BrokerError,
     StoreUnavailable,
 )
+from broker.identity import sha256_hex
 from broker.outage import is_queue_outage, queue_unavailable
 from broker.records import AttemptRecord, AttemptStatus
 from broker.store import RunStore
+from workers.messages import WAVE_CALLS
 from workers.outcome import answer_of
 from workers.roster import Roster
 from workers.routing import CAPABILITY_TASK, Routing
@@ -60,16 +68,21 @@ _POLL_SECONDS = 2.0  # between looks at the store while no answer comes
 _RESENDS = 1  # a lost capability task is sent again this many times
 
 
-def capability_task_id(job_id: str, request: CallRequest) -> str:
-    return f"{job_id}/call/{request.identity}"
+def capability_task_id(job_id: str, requests: Sequence[CallRequest]) -> str:
+    """Derived from the job and the calls, so a redelivered job asking for the same calls
+    gets the same task (and its stored answer), and never another wave's answer."""
+    if len(requests) == 1:
+        return f"{job_id}/call/{requests[0].identity}"
+    names = sha256_hex("\n".join(str(r.identity) for r in requests).encode())[:16]
+    return f"{job_id}/wave/{requests[0].identity}+{len(requests) - 1}/{names}"
 
 
 class RemoteExecutor:
     def __init__(self, *, app: Celery, routing: Routing, envelope: Envelope, job_id: str,
                  wait_seconds: float, delivery: int = 1, store: RunStore | None = None,
                  transport: Transport | None = None, brokers: Roster | None = None,
-                 lease_seconds: float = 30.0) -> None:
-        """``store`` and ``transport`` bound each wait by the call's liveness (without
+                 lease_seconds: float = 30.0, chunk: int = 16) -> None:
+        """``store`` and ``transport`` bound each wait by the calls' liveness (without
         them only ``wait_seconds`` does)."""
         self.app = app
         self.routing = routing
@@ -80,55 +93,72 @@ class RemoteExecutor:
         self.transport = transport
         self.brokers = brokers
         self.lease_seconds = lease_seconds
+        self.chunk = max(1, min(chunk, WAVE_CALLS))
         self._envelope_wire = envelope.model_dump(mode="json")
         self.timings: list[float] = []
 
-    def _send(self, request: CallRequest) -> Any:
+    def close(self) -> None:
+        """Nothing to release: each wave's tasks were waited for."""
+
+    def execute_wave(self, requests: Sequence[CallRequest]) -> Iterator[CallReport]:
+        """The wave's calls as capability tasks of at most ``chunk`` calls each, answered
+        as each task answers."""
+        chunks = [list(requests[i:i + self.chunk]) for i in range(0, len(requests), self.chunk)]
+        if len(chunks) == 1:
+            yield from self._execute(chunks[0])
+            return
+        with ThreadPoolExecutor(len(chunks), thread_name_prefix="revise-wave") as pool:
+            futures = [pool.submit(self._execute, chunk) for chunk in chunks]
+            for future in as_completed(futures):
+                yield from future.result()
+
+    def _send(self, requests: list[CallRequest]) -> Any:
         return self.app.send_task(
-            CAPABILITY_TASK, args=[request.to_wire(), self._envelope_wire, self.delivery],
-            task_id=capability_task_id(self.job_id, request),
+            CAPABILITY_TASK, args=[[r.to_wire() for r in requests], self._envelope_wire,
+                                   self.delivery],
+            task_id=capability_task_id(self.job_id, requests),
             queue=self.routing.queue("capabilities"))
 
-    def execute(self, request: CallRequest) -> CallReport:
+    def _execute(self, requests: list[CallRequest]) -> list[CallReport]:
         started = time.perf_counter()
         try:
-            sent = self._send(request)
+            sent = self._send(requests)
         except Exception as exc:
             if not is_queue_outage(exc):
                 raise
-            return self._outage(request, f"sending the call at {request.identity}", exc)
+            return [self._outage(requests[0], f"sending the call at {requests[0].identity}",
+                                 exc)]
         try:
-            return self._wait(request, sent)
+            return self._wait(requests, sent)
         finally:
             self.timings.append(time.perf_counter() - started)
 
-    def _wait(self, request: CallRequest, result: Any) -> CallReport:
+    def _wait(self, requests: list[CallRequest], result: Any) -> list[CallReport]:
+        first = requests[0]
         deadline = time.monotonic() + self.wait_seconds
         sent_at, resends = time.monotonic(), 0
         nobody_since: float | None = None
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                return self._no_answer(request, f"no answer within {self.wait_seconds:.0f} s")
+                return [self._no_answer(first, f"no answer within {self.wait_seconds:.0f} s")]
             try:
                 answer: Any = result.get(timeout=min(_POLL_SECONDS, left), propagate=False,
                                          disable_sync_subtasks=False)
             except CeleryTimeout:
                 pass
             except Exception as exc:  # the result backend (Redis) does not answer
-                log.warning("waiting for %s: the result backend failed (%s)", request.identity,
+                log.warning("waiting for %s: the result backend failed (%s)", first.identity,
                             exc)
                 time.sleep(min(_POLL_SECONDS, max(left, 0)))
             else:
-                if result.failed():
-                    carried = answer_of(answer)  # a failed, denied or stopped call
-                    if carried is not None:
-                        return CallReport.from_wire(carried)
-                    raise BrokerError(f"capability task for {request.identity} failed: "
-                                      f"{answer!r}", identity=str(request.identity))
-                return CallReport.from_wire(answer)
-            found = self._watch(request, sent_at)
-            if isinstance(found, CallReport):
+                carried = answer_of(answer) if result.failed() else answer
+                if not isinstance(carried, dict):  # not a wave answer: a crashed task
+                    raise BrokerError(f"capability task for {first.identity} failed: "
+                                      f"{answer!r}", identity=str(first.identity))
+                return [CallReport.from_wire(wire) for wire in carried.get("reports") or []]
+            found = self._watch(requests, sent_at)
+            if isinstance(found, list):
                 return found
             if found == "queued":  # still queued: is any broker worker alive to take it?
                 if self._brokers_alive():
@@ -136,35 +166,64 @@ class RemoteExecutor:
                 elif nobody_since is None:
                     nobody_since = time.monotonic()
                 elif time.monotonic() - nobody_since > self.lease_seconds:
-                    return self._no_answer(request, "no live broker worker for "
-                                           f"{self.lease_seconds:.0f} s")
+                    return [self._no_answer(first, "no live broker worker for "
+                                            f"{self.lease_seconds:.0f} s")]
             if found == "lost":
                 if resends >= _RESENDS:
-                    return self._no_answer(request, "no broker worker took the call (its "
-                                           "task message was lost twice)")
+                    return [self._no_answer(first, "no broker worker took the call (its "
+                                            "task message was lost twice)")]
                 log.warning("the capability task for %s was lost; sending it again",
-                            request.identity)
-                result, sent_at, resends = self._send(request), time.monotonic(), resends + 1
+                            first.identity)
+                result, sent_at, resends = self._send(requests), time.monotonic(), resends + 1
 
-    def _watch(self, request: CallRequest, sent_at: float) -> CallReport | str | None:
-        """What the store says about a call that has not answered yet: its report, "lost",
-        or None (still in flight)."""
+    def _watch(self, requests: list[CallRequest], sent_at: float
+               ) -> list[CallReport] | str | None:
+        """What the store says about calls that have not answered yet: their reports (all
+        committed, or one stopped), "queued" or "lost" (no attempt after a lease), or
+        None (still in flight)."""
         if self.store is None:
             return None
+        reports: list[CallReport] = []
+        attempted = False
         try:
-            slot = self.store.get_slot(request.run_id, request.identity)
-            if slot is not None and slot.same_call(request.capability, request.digest):
-                outcome = (Outcome.EXECUTED if slot.revision == request.revision
-                           else Outcome.REPLAYED)
-                return CallReport(request.identity, request.capability, outcome,
-                                  result=slot.result, attempted=outcome is Outcome.EXECUTED,
-                                  committed_by=slot.revision)
-            if slot is not None:
-                return None  # a divergence: the broker's answer names it
-            attempt = self.store.latest_attempt(request.run_id, request.identity)
+            for request in requests:
+                report, seen = self._watch_one(request)
+                if report is not None and report.stop is not None:
+                    return [report]
+                attempted = attempted or seen
+                if report is not None:
+                    reports.append(report)
         except StoreUnavailable:
             return None  # the store is away: its answer decides when it is back
-        if attempt is not None and attempt.revision == request.revision and (
+        if len(reports) == len(requests):
+            return reports  # every call committed: the result backend lost the answer
+        if attempted or self.transport is None \
+                or time.monotonic() - sent_at <= self.lease_seconds:
+            return None
+        task_id = capability_task_id(self.job_id, requests)
+        try:
+            held = self.transport.holds(self.routing.queue("capabilities"), task_id)
+        except Exception as exc:  # Redis is away: the message may come back with it
+            log.warning("cannot look for the task of %s: %s", requests[0].identity, exc)
+            return None
+        return "queued" if held else "lost"
+
+    def _watch_one(self, request: CallRequest) -> tuple[CallReport | None, bool]:
+        """A committed call's report, or an unresolved attempt's stop; and whether the call
+        has an attempt of this revision at all."""
+        assert self.store is not None
+        slot = self.store.get_slot(request.run_id, request.identity)
+        if slot is not None and slot.same_call(request.capability, request.digest):
+            outcome = (Outcome.EXECUTED if slot.revision == request.revision
+                       else Outcome.REPLAYED)
+            return CallReport(request.identity, request.capability, outcome,
+                              result=slot.result, attempted=outcome is Outcome.EXECUTED,
+                              committed_by=slot.revision), True
+        if slot is not None:
+            return None, True  # a divergence: the broker's answer names it
+        attempt = self.store.latest_attempt(request.run_id, request.identity)
+        mine = attempt is not None and attempt.revision == request.revision
+        if mine and attempt is not None and (
                 attempt.status is AttemptStatus.UNRESOLVED
                 or (attempt.status is AttemptStatus.PENDING
                     and attempt_expired(attempt, self.lease_seconds))):
@@ -177,17 +236,8 @@ class RemoteExecutor:
                 f"'{request.identity}' --from-log FILE`, `--result FILE` or `--abandon`",
                 identity=str(request.identity), attempt_id=attempt.id)
             return CallReport(request.identity, request.capability, Outcome.STOPPED,
-                              stop=stop, error=stop.to_json())
-        if attempt is None and self.transport is not None \
-                and time.monotonic() - sent_at > self.lease_seconds:
-            task_id = capability_task_id(self.job_id, request)
-            try:
-                held = self.transport.holds(self.routing.queue("capabilities"), task_id)
-            except Exception as exc:  # Redis is away: the message may come back with it
-                log.warning("cannot look for the task of %s: %s", request.identity, exc)
-                return None
-            return "queued" if held else "lost"
-        return None
+                              stop=stop, error=stop.to_json()), True
+        return None, attempt is not None
 
     def _brokers_alive(self) -> bool:
         if self.brokers is None:

@@ -40,7 +40,7 @@ from orchestrator.source import decode_source
 from sandbox.runner import kill_processes_mentioning
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
-from workers.lease import Grant, Verdict
+from workers.lease import Grant, Released, run_leased
 from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
 from workers.recovery import count_stale_delivery
@@ -85,29 +85,31 @@ def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     stale = _stale(ctx, job)
     if stale is not None:
         return _settle_stale(stale)
-    grant = ctx.lease.begin(self.request.id, wait=ctx.queue.lease_seconds * 1.5)
-    if grant.verdict is Verdict.DONE:
-        return _settle(grant.answer)
-    if grant.verdict is Verdict.DUPLICATE:
+
+    def duplicate(grant: Grant) -> dict[str, Any]:
         log.info("job %s is running in %s; this delivery is a duplicate", self.request.id,
                  grant.holder)
         raise Ignore()
-    try:
-        if grant.verdict is Verdict.GIVE_UP:
-            report = _give_up(ctx, job, grant)
-        elif not ctx.store.start_job(job["job_id"], job["run_id"], job["revision"],
-                                     current_owner()):
-            ctx.lease.release(grant)  # finished or lost while this delivery waited
-            return _settle_stale(_stale(ctx, job) or {})
-        else:
-            report = _run_held(ctx, job, grant)
-    except StoreUnavailable:
-        ctx.lease.release(grant, counted=False)
-        raise
-    answer = run_summary(report) | {"deliveries": grant.starts}
-    ctx.lease.finish(grant, answer)
+
+    answer = run_leased(
+        ctx.lease, self.request.id, wait=ctx.queue.lease_seconds * 1.5,
+        uncounted=(StoreUnavailable,), duplicate=duplicate,
+        give_up=lambda grant: _answer(_give_up(ctx, job, grant), grant),
+        run=lambda grant: _start(ctx, job, grant))
+    return _settle_stale(answer) if answer.get("duplicate") else _settle(answer)
+
+
+def _start(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> Any:
+    if not ctx.store.start_job(job["job_id"], job["run_id"], job["revision"],
+                               current_owner()):
+        return Released(_stale(ctx, job) or {})  # finished or lost while this one waited
+    answer = _answer(_run_started(ctx, job, grant), grant)
     _finish_job(ctx, job)
-    return _settle(answer)
+    return answer
+
+
+def _answer(report: RunReport, grant: Grant) -> dict[str, Any]:
+    return run_summary(report) | {"deliveries": grant.starts}
 
 
 def run_summary(report: RunReport) -> dict[str, Any]:
@@ -154,19 +156,18 @@ def _finish_job(ctx: WorkerContext, job: dict[str, Any]) -> None:
         log.warning("job %s: could not mark it finished (store unavailable)", job["job_id"])
 
 
-def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
+def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
     if grant.starts > 1:
         _reap(ctx.settings.runs_dir / job["run_id"], job["revision"], grant.starts)
         ctx.store.add_event(job["run_id"], "redelivered", f"delivery {grant.starts} takes the "
                             "job over; committed calls replay", revision=job["revision"])
     try:
-        with ctx.lease.hold(grant):
-            return _run(ctx, job, grant.starts)
+        return _run(ctx, job, grant.starts)
     except StoreUnavailable:
         raise  # the caller queues the job again; its revision is still running
     except BaseException as exc:
-        # Leave a visible state, then let Celery see the error; the lease is released
-        # so an operator's resubmission is not mistaken for a duplicate.
+        # Leave a visible state, then let Celery see the error (``run_leased`` releases
+        # the lease, so an operator's resubmission is not mistaken for a duplicate).
         message = exc.message if isinstance(exc, ReviseError) else repr(exc)
         try:
             _fail(ctx, job, f"the sandbox job failed: {message}")
@@ -175,7 +176,6 @@ def _run_held(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunRepor
             # the reconciler marks it lost (never a state the store did not take).
             log.warning("run %s revision %s: %s; its lease expires and the reconciler "
                         "marks it", job["run_id"], job["revision"], unavailable.message)
-        ctx.lease.release(grant)
         raise
 
 
@@ -187,7 +187,7 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
             app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
             wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
             store=ctx.store, transport=Transport(ctx.broker_redis), brokers=ctx.brokers,
-            lease_seconds=ctx.settings.attempt_lease_seconds))
+            lease_seconds=ctx.settings.attempt_lease_seconds, chunk=ctx.queue.wave_chunk))
     run_id, revision = job["run_id"], job["revision"]
     admission = Admission.from_wire(job["admission"], ctx.store.list_slots(run_id),
                                     str(ctx.settings.relocation))

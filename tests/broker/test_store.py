@@ -16,11 +16,12 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, make_url
 
+from broker.catalog import CAPABILITY_NAMES, lookup
 from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
 from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import Base
-from broker.records import AttemptStatus, RunStatus, SlotRecord
+from broker.records import AttemptStatus, CallClaim, RunStatus, SlotRecord
 from broker.sqlstore import SqlStore
 
 RUN = "run-1"
@@ -207,9 +208,19 @@ def test_claim_is_durable_before_it_returns(store, store_url):
         second.close()
 
 
-def begin(store: SqlStore, identity: Identity, *, budget=None, payload: bytes | None = None):
-    return store.begin_call(RUN, identity, "llm.text", "d1", 1, "w1", None, check_ledger=True,
-                            budget=budget, price_of=lambda _: 0.5, payload=payload)
+def begin(store: SqlStore, identity: Identity, *, budget=None, payload: bytes | None = None,
+          capability: str = "llm.text", digest: str = "d1", revision: int = 1):
+    return begin_wave(store, [CallClaim(identity, capability, digest, payload=payload)],
+                      budget=budget, revision=revision)[0]
+
+
+def begin_wave(store: SqlStore, claims: list[CallClaim], *, budget=None, revision: int = 1,
+               owner: str = "w1"):
+    while len(store.list_revisions(RUN)) < revision:  # a claim is made by a running revision
+        store.add_revision(RUN, "# src", "h")
+    return store.begin_calls(RUN, revision, owner, claims, budget=budget,
+                             price_of=lambda name: lookup(name).unit_price
+                             if name in CAPABILITY_NAMES else 0.5)
 
 
 def test_begin_call_stores_the_payload_in_the_claim_transaction(store):
@@ -220,6 +231,54 @@ def test_begin_call_stores_the_payload_in_the_claim_transaction(store):
     again = begin(store, IDENT, payload=data)  # the open attempt is in the way: no claim
     assert not again.claimed and again.attempt.id == first.attempt.id
     assert len(store.list_attempts(RUN)) == 1
+
+
+def test_a_wave_is_claimed_whole_or_not_at_all(store):
+    """One transaction decides a wave: every call claimed, or none when any call stops
+    (a semantic repeat, the budget, a divergence) or finds an open attempt in the way."""
+    store.ensure_run(RUN)
+    wave = [CallClaim(Identity("orchestrate/#0", (i,), 0), "llm.text", f"d{i}")
+            for i in range(4)]
+    claimed = begin_wave(store, wave)
+    assert [b.claimed for b in claimed] == [True] * 4
+    assert len({b.attempt.id for b in claimed}) == 4
+    store.commit(slot(wave[0].identity, digest="d0"), claimed[0].attempt.id)
+    store.finish_revision(RUN, 1, "failed", {})
+
+    # Revision 2 repeats d0 at a new identity: the repeat stops the wave, nothing claimed.
+    fresh = [CallClaim(Identity("orchestrate/#1", (i,), 0), "llm.text", f"n{i}")
+             for i in range(3)]
+    repeat = CallClaim(Identity("orchestrate/#2", (), 0), "llm.text", "d0")
+    refused = begin_wave(store, [*fresh, repeat], revision=2)
+    assert refused[-1].repeat is not None and refused[-1].repeat.identity == wave[0].identity
+    assert not any(b.claimed or b.attempt for b in refused[:-1])
+    budget = begin_wave(store, fresh, revision=2,
+                        budget=lambda capability, calls, spent: "over" if calls >= 6 else None)
+    assert [b.over_budget for b in budget] == [None, None, "over"]
+    diverged = begin_wave(store, [*fresh, CallClaim(wave[0].identity, "llm.text", "other")],
+                          revision=2)
+    assert diverged[-1].stops("llm.text", "other") and not any(b.claimed for b in diverged)
+    in_the_way = begin_wave(store, [*fresh, wave[1]], revision=2)  # revision 1's open attempt
+    assert in_the_way[-1].in_the_way and not any(b.claimed for b in in_the_way)
+    assert len(store.list_attempts(RUN)) == 4  # none of revision 2's waves claimed anything
+    decided = begin_wave(store, [*fresh, CallClaim(wave[0].identity, "llm.text", "d0")],
+                         revision=2)
+    assert [b.claimed for b in decided] == [True, True, True, False]
+    assert decided[-1].slot is not None and decided[-1].slot.digest == "d0"  # a replay
+
+
+def test_a_finished_revision_claims_nothing_and_a_failed_call_is_answered_again(store):
+    store.ensure_run(RUN)
+    first = begin(store, IDENT)
+    store.fail_attempt(first.attempt.id, {"code": "capability_error", "message": "size"})
+    again = begin(store, IDENT)  # the same revision asks again (a redelivered job)
+    assert not again.claimed and again.failed is not None
+    assert again.failed.error["message"] == "size"
+    store.finish_revision(RUN, 1, "failed", {})
+    late = begin(store, Identity("orchestrate/#9", (), 0))
+    assert late.stale == "failed" and not late.claimed
+    assert begin(store, IDENT, revision=2).claimed  # a new revision may retry the call
+    assert [a.number for a in store.list_attempts(RUN)] == [0, 1]
 
 
 def test_budget_holds_across_concurrent_deciders(store):
@@ -250,9 +309,8 @@ def test_cost_budget_holds_across_concurrent_deciders(store):
     check = budget_check(Budget(max_cost=round(3.5 * price, 6)))
 
     def decide(i: int):
-        return store.begin_call(RUN, Identity("orchestrate/#0", (i,), 0), "image.generate",
-                                f"d{i}", 1, "w1", None, check_ledger=True, budget=check,
-                                price_of=lambda name: lookup(name).unit_price)
+        return begin(store, Identity("orchestrate/#0", (i,), 0), capability="image.generate",
+                     digest=f"d{i}", budget=check)
 
     begins = run_parallel(10, decide)
     assert sum(b.claimed for b in begins) == 3
@@ -287,7 +345,7 @@ def test_heartbeat_and_mark_unresolved(store):
     fresh = claim(store, Identity("b/#0", (), 0)).attempt
     while datetime.now(UTC) <= cutoff:  # a fast claim can land inside that millisecond
         time.sleep(0.001)
-    store.heartbeat_attempt(fresh.id)
+    store.heartbeat_attempts([fresh.id, stale.id + 10_000])
     beat = next(a for a in store.list_attempts(RUN) if a.id == fresh.id)
     assert beat.heartbeat_at >= cutoff
     marked = store.mark_unresolved(cutoff)

@@ -38,8 +38,9 @@ def _calls_per_second(stack, run_id: str) -> float:
         payload = CATALOG["text.generate"].normalize({"prompt": f"throughput {n}"})
         request = CallRequest(run_id, revision, Identity("orchestrate/for0/#0", (), n),
                               "text.generate", payload, call_digest(payload), "fp")
-        sent = app.send_task(CAPABILITY_TASK, args=[request.to_wire(), envelope], queue=queue)
-        return CallReport.from_wire(sent.get(timeout=120))
+        sent = app.send_task(CAPABILITY_TASK, args=[[request.to_wire()], envelope],
+                             queue=queue)
+        return CallReport.from_wire(sent.get(timeout=120)["reports"][0])
 
     call(10_000)  # warm both the store and the queue once
     started = time.perf_counter()

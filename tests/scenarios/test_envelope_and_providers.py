@@ -99,14 +99,26 @@ def test_three_way_fanout_with_one_invalid_branch(make_harness, server) -> None:
 
 
 def test_budget_denies_the_call_that_crosses_the_limit(harness: Harness) -> None:
+    report = harness.run("budget_sequential", envelope=Envelope(budget=Budget(max_calls=3)))
+    assert report["status"] == "stopped"
+    assert report["error"]["type"] == "BudgetExceeded"
+    assert "provider call 4" in report["error"]["message"]
+    assert not any(line["idempotency_covered"] for line in harness.provider_log())
+    assert report["calls"]["executed"] == 3
+    assert report["calls"]["denied"] == 1
+    assert len(harness.provider_log()) == 3
+
+
+def test_a_fanout_wave_past_the_budget_dispatches_none_of_it(harness: Harness) -> None:
+    """Wave-first: the five calls of one fanout are claimed together, and the budget's
+    denial of the fourth stops the wave before any of it reaches the provider."""
     report = harness.run("budget_fanout", envelope=Envelope(budget=Budget(max_calls=3),
                                                             concurrency=1))
     assert report["status"] == "stopped"
     assert report["error"]["type"] == "BudgetExceeded"
-    assert not any(line["idempotency_covered"] for line in harness.provider_log())
-    assert report["calls"]["executed"] == 3
-    assert report["calls"]["denied"] >= 1
-    assert len(harness.provider_log()) == 3
+    assert "provider call 4" in report["error"]["message"]
+    assert (report["calls"]["executed"], report["calls"]["denied"]) == (0, 1)
+    assert harness.provider_log() == []
 
 
 def test_replays_are_free_under_a_budget(harness: Harness) -> None:
@@ -150,8 +162,8 @@ def test_bad_payload_is_denied_naming_the_field(harness: Harness) -> None:
 
 
 def test_budget_max_cost_denies_the_call_that_would_overspend(harness: Harness) -> None:
-    report = harness.run("budget_fanout", envelope=Envelope(budget=Budget(max_cost=0.05),
-                                                            concurrency=1))
+    report = harness.run("budget_sequential",
+                         envelope=Envelope(budget=Budget(max_cost=0.05)))
     assert report["error"]["type"] == "BudgetExceeded"
     assert "0.06" in report["error"]["message"]
     assert len(harness.provider_log()) == 2  # 2 x 0.02 spent; the third would be 0.06

@@ -99,15 +99,31 @@ def test_malformed_messages_get_clear_errors_and_the_workers_keep_serving(
 
     request = CallRequest("bad-msg", 1, Identity("orchestrate/#0", (), 0), "image.generate",
                           {"prompt": "p", "size": "512x512"}, "digest", "fp").to_wire()
-    sent = app.send_task(CAPABILITY_TASK, args=[request | {"run_id": "../x"}, None],
-                         queue=routing.queue("capabilities"))
-    sent.get(timeout=30, propagate=False)
-    answer = answer_of(sent.result)
-    assert sent.failed() and answer is not None
-    assert (answer["outcome"], answer["attempted"]) == ("failed", False)
-    assert answer["error"]["type"] == "InvalidMessage"
-    assert "request.run_id: run id '../x' is not allowed" in answer["error"]["message"]
-    assert "envelope: Input should be a valid dictionary" in answer["error"]["message"]
+    waves = {  # each refused whole, before any lease, store or provider
+        "run id escapes": ([request | {"run_id": "../x"}], None,
+                           "requests.0.run_id: run id '../x' is not allowed"),
+        "two runs in one wave": ([request, request | {"run_id": "other-run", "identity":
+                                                      "orchestrate/#1@:0"}], ENVELOPE,
+                                 "the calls of one capability task belong to one run and "
+                                 "revision"),
+        "an identity twice": ([request, request], ENVELOPE, "an identity appears twice"),
+        "not a list": (request, ENVELOPE, "requests: Input should be a valid list"),
+        "an empty wave": ([], ENVELOPE, "requests: List should have at least 1 item"),
+    }
+    for name, (wave, envelope, expected) in waves.items():
+        sent = app.send_task(CAPABILITY_TASK, args=[wave, envelope],
+                             queue=routing.queue("capabilities"))
+        sent.get(timeout=30, propagate=False)
+        answer = answer_of(sent.result)
+        assert sent.failed() and answer is not None, name
+        assert answer["reports"], name
+        for report in answer["reports"]:
+            assert (report["outcome"], report["attempted"]) == ("failed", False), name
+            assert report["error"]["type"] == "InvalidMessage", name
+            assert expected in report["error"]["message"], (name, report["error"]["message"])
+            if envelope is None:
+                assert "envelope: Input should be a valid dictionary" in report["error"][
+                    "message"]
     assert stack.provider_log() == []
 
     # -- then a valid job, served by the same three processes ------------------------------

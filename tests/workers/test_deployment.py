@@ -78,13 +78,13 @@ def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -
     app, queue = stack.client.app, stack.client.app.routing.queue("capabilities")
 
     def deliver(_: int):
-        return app.send_task(CAPABILITY_TASK, args=[request.to_wire(),
+        return app.send_task(CAPABILITY_TASK, args=[[request.to_wire()],
                                                     Envelope().model_dump(mode="json")],
                              queue=queue)
 
     with ThreadPoolExecutor(10) as pool:
         results = list(pool.map(deliver, range(10)))
-    reports = [CallReport.from_wire(r.get(timeout=30)) for r in results]
+    reports = [CallReport.from_wire(r.get(timeout=30)["reports"][0]) for r in results]
     assert len(stack.provider_log()) == 1
     assert sum(r.attempted for r in reports) == 1
     assert sorted(r.outcome for r in reports) == sorted(
@@ -93,10 +93,11 @@ def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -
     assert len({r.worker for r in results}) == 2  # both broker workers took deliveries
 
     # A redelivery of an answered task (same task id) returns its stored answer.
-    again = app.send_task(CAPABILITY_TASK, args=[request.to_wire(),
+    again = app.send_task(CAPABILITY_TASK, args=[[request.to_wire()],
                                                  Envelope().model_dump(mode="json")],
                           queue=queue, task_id=results[0].id)
-    assert CallReport.from_wire(again.get(timeout=30)).outcome is reports[0].outcome
+    assert CallReport.from_wire(again.get(timeout=30)["reports"][0]).outcome is \
+        reports[0].outcome
     assert len(stack.provider_log()) == 1
 
 
@@ -147,10 +148,10 @@ def test_job_longer_than_the_visibility_timeout_runs_once(make_stack) -> None:
 
 
 def test_two_broker_workers_never_spend_past_the_budget(make_stack) -> None:
-    """16 branches, 16 calls in flight at once over two broker worker processes, a budget of
-    5: the budget check and the attempt claim are one transaction under the run's row
-    lock, so no two workers both see the fifth call as the last one allowed."""
-    stack = make_stack(local_latency=0.3)
+    """16 branches, 16 calls in flight at once over two broker worker processes (one call per
+    task), a budget of 5: the budget check and the attempt claim are one transaction under
+    the run's row lock, so no two workers both see the fifth call as the last one allowed."""
+    stack = make_stack(local_latency=0.3, wave_chunk=1)
     stack.worker("dispatch")
     stack.worker("sandbox", pool="prefork", concurrency=1)
     stack.worker("capabilities", concurrency=8, index=0)

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 import redis
 
 from broker.owner import local_domain
-from workers.lease import JobLease, Verdict
+from workers.lease import JobLease, Released, Verdict, run_leased
 
 pytestmark = pytest.mark.redis
 
@@ -53,21 +52,43 @@ def test_a_dead_holder_is_taken_over_and_crash_loops_give_up(lease: JobLease) ->
                         (Verdict.GIVE_UP, 4)]
 
 
-def test_exclusive_serializes_holders(lease: JobLease) -> None:
-    inside: list[int] = []
-    overlap: list[bool] = []
+def test_a_lease_without_exclusivity_keeps_only_the_answer(lease: JobLease) -> None:
+    """A capability call's lease: concurrent copies all run (the store keeps them apart
+    and bounds crash loops); a finished call's answer is returned to later copies."""
+    first, second = lease.begin("call-1", exclusive=False), lease.begin("call-1",
+                                                                        exclusive=False)
+    assert (first.verdict, second.verdict) == (Verdict.RUN, Verdict.RUN)
+    assert lease.holder("call-1") is None and lease.starts("call-1") == 0
+    lease.release(second, counted=False)  # holds nothing, counts nothing
+    lease.finish(first, {"reports": []})
+    done = lease.begin("call-1", exclusive=False)
+    assert done.verdict is Verdict.DONE and done.answer == {"reports": []}
 
-    def hold(n: int) -> None:
-        with lease.exclusive("call:x", timeout=5):
-            overlap.append(bool(inside))
-            inside.append(n)
-            time.sleep(0.05)
-            inside.remove(n)
 
-    threads = [threading.Thread(target=hold, args=(n,)) for n in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert overlap == [False] * 4
-    assert lease.holder("call:x") is None
+def test_run_leased_stores_the_answer_and_releases_on_errors(lease: JobLease) -> None:
+    calls: list[str] = []
+
+    def run(grant) -> dict:
+        calls.append(grant.holder)
+        return {"ok": True}
+
+    give_up = duplicate = lambda grant: {"gave": grant.verdict}
+    assert run_leased(lease, "job-a", run=run, give_up=give_up, duplicate=duplicate) == {
+        "ok": True}
+    assert run_leased(lease, "job-a", run=run, give_up=give_up, duplicate=duplicate) == {
+        "ok": True}
+    assert len(calls) == 1 and lease.holder("job-a") is None
+
+    def broken(grant) -> dict:
+        raise RuntimeError("worker bug")
+
+    with pytest.raises(RuntimeError):
+        run_leased(lease, "job-b", run=broken, give_up=give_up, duplicate=duplicate)
+    assert lease.holder("job-b") is None and lease.starts("job-b") == 1
+    with pytest.raises(KeyError):  # an "uncounted" error gives the start back
+        run_leased(lease, "job-b", run=lambda g: {}[1], give_up=give_up,
+                   duplicate=duplicate, uncounted=(KeyError,))
+    assert lease.starts("job-b") == 1
+    assert run_leased(lease, "job-c", run=lambda g: Released({"stale": True}),
+                      give_up=give_up, duplicate=duplicate) == {"stale": True}
+    assert lease.answer("job-c") is None and lease.holder("job-c") is None

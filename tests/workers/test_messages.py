@@ -106,14 +106,20 @@ def test_sandbox_job() -> None:
 def test_capability_call() -> None:
     request = CallRequest("r1", 1, Identity("orchestrate/#0", (0, 1), 0), "image.generate",
                           {"prompt": "p"}, "digest", "fp").to_wire()
-    call = {"request": request, "envelope": ENVELOPE, "origin": 2}
-    assert parse_message(CapabilityCall, call, "capability call").request.revision == 1
+    second = request | {"identity": "orchestrate/#0@1.1:0"}
+    call = {"requests": [request, second], "envelope": ENVELOPE, "origin": 2}
+    parsed = parse_message(CapabilityCall, call, "capability call")
+    assert [r.revision for r in parsed.requests] == [1, 1]
     assert parse_message(CapabilityCall, call | {"origin": None}, "c").origin is None
-    message = _refusal(CapabilityCall, call | {"request": request | {
-        "identity": "nope", "payload": {"p": "\ud800"}}, "envelope": None}, "capability call")
-    assert "request.identity: 'nope' is not an identity" in message
-    assert "request.payload: a string in the payload is not valid UTF-8" in message
+    message = _refusal(CapabilityCall, call | {"requests": [request | {
+        "identity": "nope", "payload": {"p": "\ud800"}}], "envelope": None}, "capability call")
+    assert "requests.0.identity: 'nope' is not an identity" in message
+    assert "requests.0.payload: a string in the payload is not valid UTF-8" in message
     assert "envelope: Input should be a valid dictionary" in message
+    assert "one run and revision" in _refusal(CapabilityCall, call | {
+        "requests": [request, second | {"revision": 2}]}, "capability call")
+    assert "at most 64 items" in _refusal(CapabilityCall, call | {"requests": [
+        request | {"identity": f"orchestrate/#0@:{n}"} for n in range(65)]}, "c")
 
 
 def test_require_utf8_and_name_in() -> None:

@@ -7,7 +7,14 @@ import pickle
 
 from celery import Celery
 
-from workers.outcome import CallFailed, RunFailed, RunStopped, answer_of, call_outcome, run_outcome
+from workers.outcome import (
+    CallFailed,
+    RunFailed,
+    RunStopped,
+    answer_of,
+    run_outcome,
+    wave_outcome,
+)
 
 ANSWER = {"run_id": "r1", "revision": 2, "status": "stopped",
           "error": {"type": "ReplayDivergence", "message": "payload changed",
@@ -37,13 +44,16 @@ def test_the_json_result_backend_and_pickle_keep_the_answer() -> None:
     assert type(unpickled) is RunStopped and answer_of(unpickled) == ANSWER
 
 
-def test_calls_without_a_committed_result_are_failures() -> None:
+def test_waves_with_a_call_without_a_committed_result_are_failures() -> None:
+    ok = {"identity": "orchestrate/#1@:0", "outcome": "executed"}
     for outcome in ("failed", "denied", "diverged", "stopped"):
-        answer = {"identity": "orchestrate/#0@:0", "outcome": outcome,
+        report = {"identity": "orchestrate/#0@:0", "outcome": outcome,
                   "error": {"type": "CapabilityError", "message": "unsupported size"}}
-        exc = call_outcome(answer, "r1")
+        answer = {"reports": [ok, report, report | {"identity": "orchestrate/#2@:0"}]}
+        exc = wave_outcome(answer, "r1")
         assert isinstance(exc, CallFailed) and answer_of(exc) == answer
         assert "CapabilityError at orchestrate/#0@:0" in str(exc)
+        assert "(and 1 more of its wave)" in str(exc) and exc.run_id == "r1"
     for outcome in ("executed", "replayed"):
-        assert call_outcome({"outcome": outcome}, "r1") is None
+        assert wave_outcome({"reports": [{"outcome": outcome}, ok]}, "r1") is None
     assert answer_of(ValueError("x")) is None

@@ -1,0 +1,91 @@
+"""The broker's wave: one claim transaction, concurrent copies paid once, stale copies
+never paid, a failed call answered again (SQLite and PostgreSQL, the local provider)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from broker.calls import CallRequest, Outcome
+from broker.catalog import CATALOG
+from broker.envelope import Envelope
+from broker.errors import RevisionNotRunning
+from broker.identity import Identity, call_digest
+from broker.settings import Settings
+from orchestrator.embedded import Services, open_services
+
+RUN = "wave-run"
+
+
+@pytest.fixture
+def services(tmp_path: Path, store_url: str):
+    opened = open_services(Settings(home=tmp_path / "home", database_url=store_url),
+                           latency=0.2)
+    yield opened
+    opened.close()
+
+
+def _wave(revision: int, sizes: list[str]) -> list[CallRequest]:
+    requests = []
+    for i, size in enumerate(sizes):
+        payload = CATALOG["image.generate"].normalize({"prompt": f"shot {i}", "size": size})
+        requests.append(CallRequest(RUN, revision, Identity("orchestrate/#0", (i,), 0),
+                                    "image.generate", payload, call_digest(payload), "fp"))
+    return requests
+
+
+def _paid(services: Services) -> list[str]:
+    return [line["identity"] for line in services.provider.log.read()]
+
+
+def test_two_copies_of_one_wave_at_once_pay_each_call_once(services: Services) -> None:
+    services.store.ensure_run(RUN)
+    revision = services.store.add_revision(RUN, "# src", "h")
+    wave = _wave(revision, ["512x512"] * 4)
+    reports: list[list] = [[], []]
+    barrier = threading.Barrier(2)
+
+    def deliver(n: int) -> None:
+        broker = services.broker(Envelope(concurrency=4))
+        barrier.wait()
+        reports[n] = list(broker.execute_wave(wave))
+        broker.close()
+
+    threads = [threading.Thread(target=deliver, args=(n,)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(_paid(services)) == sorted(str(r.identity) for r in wave)
+    outcomes = sorted(str(r.outcome) for copy in reports for r in copy)
+    assert outcomes == ["executed"] * 4 + ["replayed"] * 4
+    results = {}
+    for copy in reports:
+        for report in copy:
+            results.setdefault(report.identity, report.result)
+            assert report.result == results[report.identity]  # the same committed result
+    assert len(services.store.list_attempts(RUN)) == 4
+
+
+def test_a_failed_call_is_answered_again_and_a_finished_revision_pays_nothing(
+        services: Services) -> None:
+    services.store.ensure_run(RUN)
+    revision = services.store.add_revision(RUN, "# src", "h")
+    wave = _wave(revision, ["512x512", "999x999"])  # the provider rejects the second
+    broker = services.broker(Envelope())
+    first = {r.identity: r for r in broker.execute_wave(wave)}
+    assert [str(first[r.identity].outcome) for r in wave] == ["executed", "failed"]
+    again = {r.identity: r for r in broker.execute_wave(wave)}  # a redelivered job
+    assert again[wave[1].identity].outcome is Outcome.FAILED
+    assert again[wave[1].identity].error == first[wave[1].identity].error
+    assert not again[wave[1].identity].attempted
+    assert again[wave[0].identity].outcome is Outcome.REPLAYED
+    assert len(_paid(services)) == 2
+
+    services.store.finish_revision(RUN, revision, "failed", {})
+    late = list(broker.execute_wave(_wave(revision, ["256x256"] * 3)[2:]))
+    assert len(late) == 1 and isinstance(late[0].stop, RevisionNotRunning)
+    assert len(_paid(services)) == 2
+    broker.close()
