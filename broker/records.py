@@ -183,3 +183,21 @@ class EventRecord:
     revision: int | None = None
     identity: str | None = None
     data: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RevisionEnd:
+    """Everything a finished revision writes, in one transaction (``RunStore.end_revision``)."""
+
+    run_id: str
+    revision: int
+    status: str  # the revision's: succeeded | failed | stopped
+    summary: dict[str, Any]  # the run report
+    run_status: RunStatus
+    detail: str | None
+    certificate_digest: str
+    certificate_entries: tuple[dict[str, Any], ...]
+    orphans: tuple[Identity, ...] = ()
+    orphan_policy: str = "warn"
+    events: tuple[tuple[str, str, dict[str, Any] | None], ...] = ()  # (kind, message, data)
+    job_id: str | None = None  # the sandbox job that ran it, finished with it

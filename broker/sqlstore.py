@@ -31,9 +31,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, OperationalError
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+)
 
 from broker import models
+from broker import statements as sql
 from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
 from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
@@ -58,10 +65,17 @@ from broker.records import (
     EventRecord,
     JobRecord,
     JobStatus,
+    RevisionEnd,
     RevisionRecord,
     RunRecord,
     RunStatus,
     SlotRecord,
+)
+from broker.revision_txns import (
+    end_revision_txn,
+    revision_facts_txn,
+    slots_txn,
+    start_revision_txn,
 )
 
 T = TypeVar("T")
@@ -79,17 +93,11 @@ jobs = cast(Table, models.Job.__table__)
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
 _COMMITTED = {AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
 _NOT_CLAIMABLE = {*_OPEN, *_COMMITTED}
-_SLOT_KEY = ["run_id", "site", "path", "occurrence"]
 _TRANSIENT = {"40001", "40P01"}  # serialization failure, deadlock detected
 _TRANSIENT_RETRIES = 3
 
 
 # ---- statements --------------------------------------------------------------------------
-
-
-def _at(table: Table, run_id: str, identity: Identity) -> Any:
-    return ((table.c.run_id == run_id) & (table.c.site == identity.site)
-            & (table.c.path == identity.path_text) & (table.c.occurrence == identity.occurrence))
 
 
 def _upsert(conn: Connection, table: Table) -> Any:
@@ -115,9 +123,9 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
 def put_blob_txn(conn: Connection, run_id: str, kind: str, data: bytes) -> str:
     """Store ``data`` under its sha256 for the run (once: same digest, same bytes)."""
     digest = sha256_hex(data)
-    conn.execute(_upsert(conn, blobs).values(run_id=run_id, digest=digest, kind=kind,
-                                             data=data, created_at=models.utcnow())
-                 .on_conflict_do_nothing(index_elements=["run_id", "digest"]))
+    conn.execute(sql.insert_blob(conn.dialect.name), {
+        "run_id": run_id, "digest": digest, "kind": kind, "data": data,
+        "created_at": models.utcnow()})
     return digest
 
 
@@ -146,32 +154,37 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     return number
 
 
+def accept_job_txn(conn: Connection, job_id: str, run_id: str, revision: int,
+                   message: dict[str, Any]) -> JobRecord:
+    now = models.utcnow()
+    conn.execute(_upsert(conn, jobs).values(
+        job_id=job_id, run_id=run_id, revision=revision, status=JobStatus.ACCEPTED.value,
+        message=message, requeues=0, created_at=now, updated_at=now).on_conflict_do_nothing(
+            index_elements=["job_id"]))
+    return job_record(conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one())
+
+
 def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) -> SlotRecord:
     """Insert the slot unless one exists; return the stored one and settle the attempt.
 
     A stored slot for a different call marks the attempt failed (the caller
     raises ``SlotConflict`` after the transaction commits).
     """
-    ident = slot.identity
-    conn.execute(
-        _upsert(conn, slots).values(
-            run_id=slot.run_id, site=ident.site, path=ident.path_text,
-            occurrence=ident.occurrence, capability=slot.capability, digest=slot.digest,
-            fingerprint=slot.fingerprint, chain_fingerprint=slot.chain_fingerprint or None,
-            line=slot.line, result=slot.result, usage=dict(slot.usage),
-            cost=float(slot.cost), revision=slot.revision,
-            committed_at=slot.committed_at or models.utcnow(),
-        ).on_conflict_do_nothing(index_elements=_SLOT_KEY)
-    )
-    stored = slot_record(conn.execute(select(slots).where(_at(slots, slot.run_id, ident))).one())
+    where = sql.at(slot.identity, slot.run_id)
+    inserted = conn.execute(sql.insert_slot(conn.dialect.name), where | {
+        "capability": slot.capability, "digest": slot.digest, "fingerprint": slot.fingerprint,
+        "chain_fingerprint": slot.chain_fingerprint or None, "line": slot.line,
+        "result": slot.result, "usage": dict(slot.usage), "cost": float(slot.cost),
+        "revision": slot.revision, "committed_at": slot.committed_at or models.utcnow(),
+    }).first()
+    stored = slot_record(inserted if inserted is not None
+                         else conn.execute(sql.SLOT_AT, where).one())
     if attempt_id is not None:
         if stored.same_call(slot.capability, slot.digest):
-            values: dict[str, Any] = {"status": AttemptStatus.SUCCEEDED.value}
+            conn.execute(sql.SUCCEED_ATTEMPT, {"attempt_id": attempt_id})
         else:
-            values = {"status": AttemptStatus.FAILED.value,
-                      "error": {"code": SlotConflict.code, "message": _conflict_text(stored)}}
-        conn.execute(update(attempts).where(attempts.c.id == attempt_id,
-                                            attempts.c.status.in_(_OPEN)).values(**values))
+            conn.execute(sql.CONFLICTED_ATTEMPT, {"attempt_id": attempt_id, "error": {
+                "code": SlotConflict.code, "message": _conflict_text(stored)}})
     return stored
 
 
@@ -196,16 +209,15 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
     so concurrent broker workers of one run decide one after the other and can never
     spend past the budget together.
     """
-    if conn.dialect.name == "postgresql":
-        conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id).with_for_update())
-    status = conn.execute(select(revisions.c.status).where(
-        revisions.c.run_id == run_id, revisions.c.revision == revision)).scalar()
+    status = conn.execute(sql.revision_head(conn.dialect.name),
+                          {"run_id": run_id, "revision": revision}).scalar()
     if status != "running":
         return [Begin(stale=status or "missing")] * len(claims)
     calls, cost = _spent_txn(conn, run_id, price_of) if budget is not None else (0, 0.0)
     decisions: list[Begin] = []
     for claim in claims:
-        begin = _decided_txn(conn, run_id, revision, claim)
+        latest = _latest_attempt(conn, run_id, claim.identity)
+        begin = _decided_txn(conn, run_id, revision, claim, latest)
         if begin is None and budget is not None:
             refusal = budget(claim.capability, calls, cost)
             begin = None if refusal is None else Begin(over_budget=refusal)
@@ -214,13 +226,17 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
                 put_blob_txn(conn, run_id, "payload", claim.payload)
             begin = Begin(claimed=True, attempt=_insert_attempt_txn(
                 conn, run_id, claim.identity, claim.capability, claim.digest, revision,
-                owner, claim.idempotency_key, _latest_attempt(conn, run_id, claim.identity)))
+                owner, claim.idempotency_key, latest))
             calls, cost = calls + 1, cost + price_of(claim.capability)
         decisions.append(begin)
     if any(d.in_the_way or d.stops(c.capability, c.digest)
            for d, c in zip(decisions, claims, strict=True)):
         raise WaveRefused([Begin() if d.claimed else d for d in decisions])
     return decisions
+
+
+class _Reconnect(Exception):
+    """The transaction's connection was dropped before anything was committed."""
 
 
 class WaveRefused(Exception):
@@ -231,25 +247,26 @@ class WaveRefused(Exception):
         self.decisions = decisions
 
 
-def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim
-                 ) -> Begin | None:
-    """What stands in the way of claiming ``claim`` (None: nothing does)."""
-    row = conn.execute(select(slots).where(_at(slots, run_id, claim.identity))).first()
+def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim,
+                 latest: Any) -> Begin | None:
+    """What stands in the way of claiming ``claim`` (None: nothing does); ``latest`` is the
+    identity's latest attempt row."""
+    where = sql.at(claim.identity, run_id)
+    if claim.check_ledger:  # one read: the slot at the identity first, else a paid twin
+        row = conn.execute(sql.SLOT_OR_PAID, where | {
+            "capability": claim.capability, "digest": claim.digest, "revision": revision}
+        ).first()
+    else:
+        row = conn.execute(sql.SLOT_AT, where).first()
     if row is not None:
-        return Begin(slot=slot_record(row))
-    if claim.check_ledger:
-        paid = conn.execute(select(slots).where(
-            slots.c.run_id == run_id, slots.c.capability == claim.capability,
-            slots.c.digest == claim.digest, slots.c.revision != revision).limit(1)).first()
-        if paid is not None:
-            return Begin(repeat=slot_record(paid))
-    latest = _latest_attempt(conn, run_id, claim.identity)
+        found = slot_record(row)
+        return Begin(slot=found) if found.identity == claim.identity else Begin(repeat=found)
     if latest is None:
         return None
     if latest.status in _COMMITTED:
         # Committed between the slot read and this one (PostgreSQL reads each statement's
         # own snapshot): read the slot again and replay it.
-        row = conn.execute(select(slots).where(_at(slots, run_id, claim.identity))).first()
+        row = conn.execute(sql.SLOT_AT, where).first()
         return Begin(slot=slot_record(row)) if row is not None else Begin(
             attempt=attempt_record(latest))
     if latest.status in _OPEN:
@@ -268,8 +285,7 @@ def _spent_txn(conn: Connection, run_id: str, price_of: Callable[[str], float]
 
 
 def _latest_attempt(conn: Connection, run_id: str, identity: Identity) -> Any:
-    return conn.execute(select(attempts).where(_at(attempts, run_id, identity))
-                        .order_by(attempts.c.number.desc()).limit(1)).first()
+    return conn.execute(sql.LATEST_ATTEMPT, sql.at(identity, run_id)).first()
 
 
 def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
@@ -291,15 +307,11 @@ def _insert_attempt_txn(conn: Connection, run_id: str, identity: Identity, capab
                         latest: Any) -> AttemptRecord:
     """Insert the attempt after ``latest`` (the claimable one before it, or None)."""
     now = models.utcnow()
-    row = conn.execute(
-        insert(attempts).values(
-            run_id=run_id, site=identity.site, path=identity.path_text,
-            occurrence=identity.occurrence, number=0 if latest is None else latest.number + 1,
-            capability=capability, digest=digest, revision=revision,
-            status=AttemptStatus.PENDING.value, owner=owner, idempotency_key=idempotency_key,
-            error=None, created_at=now, heartbeat_at=now,
-        ).returning(*attempts.c)
-    ).one()
+    row = conn.execute(sql.INSERT_ATTEMPT, sql.at(identity, run_id) | {
+        "number": 0 if latest is None else latest.number + 1, "capability": capability,
+        "digest": digest, "revision": revision, "status": AttemptStatus.PENDING.value,
+        "owner": owner, "idempotency_key": idempotency_key, "error": None,
+        "created_at": now, "heartbeat_at": now}).one()
     return attempt_record(row)
 
 
@@ -385,13 +397,26 @@ class SqlStore:
         PostgreSQL deadlock and serialization failures roll the whole
         transaction back, so they are retried a few times as well.
         """
+        reconnected = False
         with self._translated(action):
             for attempt in range(max(race_retries, _TRANSIENT_RETRIES) + 1):
                 try:
                     with self.engine.connect() as conn:
                         conn.execution_options(revise_write=write)
                         with conn.begin():
-                            return fn(conn)
+                            try:
+                                return fn(conn)
+                            except DBAPIError as exc:
+                                # A pooled connection the server dropped (a restart) fails
+                                # its first statement; nothing was committed, so once on a
+                                # fresh connection is safe. (No ping before every checkout:
+                                # that is a round trip per transaction.)
+                                if not exc.connection_invalidated or reconnected:
+                                    raise
+                                reconnected = True
+                                raise _Reconnect() from exc
+                except _Reconnect:
+                    continue
                 except IntegrityError:
                     if attempt >= race_retries:
                         raise
@@ -449,12 +474,37 @@ class SqlStore:
         if result.rowcount == 0:
             raise RunNotFound(f"run {run_id!r} does not exist", run_id=run_id)
 
+    def open_run(self, run_id: str) -> list[SlotRecord]:
+        """Create the run unless it exists, and read its committed prefix."""
+        validate_name("run id", run_id)  # before connecting: a bad name is not an outage
+        def txn(conn: Connection) -> list[SlotRecord]:
+            ensure_run_txn(conn, run_id)
+            return slots_txn(conn, run_id)
+
+        return self._run("opening a run", txn)
+
     def add_revision(self, run_id: str, source_text: str, source_digest: str, *,
-                     args: bytes | None = None, envelope: bytes | None = None) -> int:
-        """Number the next revision; its lease starts now, held by this process."""
+                     args: bytes | None = None, envelope: bytes | None = None,
+                     job: Callable[[int], tuple[str, dict[str, Any]]] | None = None) -> int:
+        """Number the next revision; its lease starts now, held by this process.
+
+        ``job(number)`` gives the accepted job (id, sandbox message) of a revision the
+        dispatcher queues: recorded in the same transaction, with its ``queued`` event."""
         owner = current_owner()
-        return self._run("adding a revision", lambda c: add_revision_txn(
-            c, run_id, source_text, source_digest, args, envelope, owner), race_retries=50)
+
+        def txn(conn: Connection) -> int:
+            number = add_revision_txn(conn, run_id, source_text, source_digest, args,
+                                      envelope, owner)
+            if job is not None:
+                job_id, message = job(number)
+                accept_job_txn(conn, job_id, run_id, number, message)
+                conn.execute(insert(events).values(
+                    run_id=run_id, revision=number, identity=None, kind="queued",
+                    message=f"revision {number} queued for a sandbox worker",
+                    data={"job_id": job_id}, created_at=models.utcnow()))
+            return number
+
+        return self._run("adding a revision", txn, race_retries=50)
 
     def finish_revision(self, run_id: str, revision: int, status: str,
                         summary: dict[str, Any]) -> None:
@@ -464,6 +514,22 @@ class SqlStore:
             .values(status=str(status), summary=summary)))
         if result.rowcount == 0:
             raise RunNotFound(f"run {run_id!r} has no revision {revision}", run_id=run_id)
+
+    def start_revision(self, run_id: str, revision: int, *, owner: str, job_id: str | None,
+                       event: str, admit: Callable[[list[SlotRecord]], bool]
+                       ) -> tuple[list[SlotRecord], bool] | None:
+        """A revision starts running (``broker.revision_txns.start_revision_txn``)."""
+        return self._run("starting a revision", lambda c: start_revision_txn(
+            c, run_id, revision, owner=owner, job_id=job_id, event=event, admit=admit))
+
+    def revision_facts(self, run_id: str, revision: int
+                       ) -> tuple[list[AttemptRecord], list[SlotRecord]]:
+        return self._run("reading a finished revision",
+                         lambda c: revision_facts_txn(c, run_id, revision), write=False)
+
+    def end_revision(self, end: RevisionEnd) -> None:
+        """A revision ends (``broker.revision_txns.end_revision_txn``)."""
+        self._run("ending a revision", lambda c: end_revision_txn(c, end))
 
     def get_revision(self, run_id: str, revision: int) -> RevisionRecord | None:
         row = self._run("reading a revision", lambda c: c.execute(select(revisions).where(
@@ -532,16 +598,8 @@ class SqlStore:
     def accept_job(self, job_id: str, run_id: str, revision: int,
                    message: dict[str, Any]) -> JobRecord:
         """Record a job the dispatcher queued (once: a redelivery finds the first)."""
-        def txn(conn: Connection) -> JobRecord:
-            now = models.utcnow()
-            conn.execute(_upsert(conn, jobs).values(
-                job_id=job_id, run_id=run_id, revision=revision,
-                status=JobStatus.ACCEPTED.value, message=message, requeues=0,
-                created_at=now, updated_at=now).on_conflict_do_nothing(
-                    index_elements=["job_id"]))
-            return job_record(conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one())
-
-        return self._run("recording an accepted job", txn)
+        return self._run("recording an accepted job", lambda c: accept_job_txn(
+            c, job_id, run_id, revision, message))
 
     def get_job(self, job_id: str) -> JobRecord | None:
         row = self._run("reading a job", lambda c: c.execute(
@@ -559,22 +617,6 @@ class SqlStore:
             select(jobs).where(jobs.c.status.in_([JobStatus(s).value for s in statuses]))
             .order_by(jobs.c.created_at)).all(), write=False)
         return [job_record(r) for r in rows]
-
-    def start_job(self, job_id: str, run_id: str, revision: int, owner: str) -> bool:
-        """A sandbox worker takes the job: the revision's lease becomes ``owner``'s.
-        False when the revision is no longer running (a stale delivery)."""
-        def txn(conn: Connection) -> bool:
-            now = models.utcnow()
-            conn.execute(update(jobs).where(
-                jobs.c.job_id == job_id, jobs.c.status.in_(
-                    [JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
-                .values(status=JobStatus.STARTED.value, updated_at=now))
-            done = conn.execute(update(revisions).where(
-                revisions.c.run_id == run_id, revisions.c.revision == revision,
-                revisions.c.status == "running").values(owner=owner, heartbeat_at=now))
-            return done.rowcount > 0
-
-        return self._run("starting a job", txn)
 
     def finish_job(self, job_id: str) -> None:
         self._run("finishing a job", lambda c: c.execute(update(jobs).where(
@@ -608,15 +650,11 @@ class SqlStore:
 
     def get_slot(self, run_id: str, identity: Identity) -> SlotRecord | None:
         row = self._run("reading a slot", lambda c: c.execute(
-            select(slots).where(_at(slots, run_id, identity))).first(), write=False)
+            sql.SLOT_AT, sql.at(identity, run_id)).first(), write=False)
         return None if row is None else slot_record(row)
 
     def list_slots(self, run_id: str) -> list[SlotRecord]:
-        rows = self._run("listing slots", lambda c: c.execute(
-            select(slots).where(slots.c.run_id == run_id)
-            .order_by(slots.c.site, slots.c.path, slots.c.occurrence)).all(), write=False)
-        # Text paths sort "10" before "2"; the identity order compares path tuples.
-        return sorted((slot_record(r) for r in rows), key=lambda s: s.identity)
+        return self._run("listing slots", lambda c: slots_txn(c, run_id), write=False)
 
     # -- attempts --
 
@@ -658,10 +696,8 @@ class SqlStore:
 
     def heartbeat_attempts(self, attempt_ids: Collection[int]) -> None:
         """Renew the heartbeat of those of ``attempt_ids`` that are still pending."""
-        self._run("heartbeating attempts", lambda c: c.execute(update(attempts).where(
-            attempts.c.id.in_(list(attempt_ids)),
-            attempts.c.status == AttemptStatus.PENDING.value).values(
-                heartbeat_at=models.utcnow())))
+        self._run("heartbeating attempts", lambda c: c.execute(sql.HEARTBEAT, {
+            "ids": list(attempt_ids), "now": models.utcnow()}))
 
     def _settle(self, attempt_id: int, action: str, **values: Any) -> None:
         def txn(conn: Connection) -> bool:
@@ -685,9 +721,8 @@ class SqlStore:
         return [attempt_record(r) for r in rows]
 
     def latest_attempt(self, run_id: str, identity: Identity) -> AttemptRecord | None:
-        row = self._run("reading an attempt", lambda c: c.execute(
-            select(attempts).where(_at(attempts, run_id, identity))
-            .order_by(attempts.c.number.desc()).limit(1)).first(), write=False)
+        row = self._run("reading an attempt", lambda c: _latest_attempt(c, run_id, identity),
+                        write=False)
         return None if row is None else attempt_record(row)
 
     def mark_unresolved(self, stale_before: datetime) -> list[AttemptRecord]:
@@ -773,7 +808,9 @@ class SqlStore:
 def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:
     if url.get_backend_name() != "sqlite":
         connect_args = {"connect_timeout": 10} if url.get_backend_name() == "postgresql" else {}
-        return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+        engine = create_engine(url, connect_args=connect_args)
+        _ping_when_idle(engine)
+        return engine
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, connect_args={"timeout": busy_timeout_ms / 1000})
@@ -797,6 +834,33 @@ def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+_PING_AFTER_IDLE = 1.0  # seconds a pooled connection rests before it is pinged on checkout
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Ping a pooled connection on checkout only when it rested (a busy worker reuses its
+    connections within milliseconds: a ping per transaction would be a round trip per
+    transaction). A dead one is replaced (``DisconnectionError``); one that died within the
+    last second fails its first statement, which ``SqlStore._run`` retries once."""
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        rested = time.monotonic() - record.info.get("checked_in", 0.0)
+        if rested < _PING_AFTER_IDLE:
+            return
+        try:
+            cursor = dbapi_conn.cursor()
+            cursor.execute("SELECT 1")
+            cursor.close()
+            dbapi_conn.rollback()  # end the transaction the ping opened
+        except Exception as exc:  # any failure of the ping: this connection is gone
+            raise DisconnectionError(str(exc)) from exc
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["checked_in"] = time.monotonic()
 
 
 def _enable_wal(cursor: Any, timeout: float) -> None:

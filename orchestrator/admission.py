@@ -45,10 +45,11 @@ class Admission:
         return {"text": self.text, "sites": [asdict(s) for s in self.sites]}
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any], slots: list[SlotRecord],
-                  relocation: str) -> Admission:
+    def from_wire(cls, data: dict[str, Any]) -> Admission:
+        """The dispatcher's admission as a sandbox job carries it; the gate runs again
+        against the prefix the revision starts on (``regate``)."""
         sites = tuple(Site(**s) for s in data["sites"])
-        return cls(data["text"], sites, GateResult(accepted=False)).regate(slots, relocation)
+        return cls(data["text"], sites, GateResult(accepted=False))
 
 
 @dataclass(frozen=True)

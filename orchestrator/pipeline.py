@@ -20,10 +20,10 @@ from typing import Any
 
 from broker.catalog import lookup
 from broker.envelope import Envelope
-from broker.errors import InputError, OrphanStop
-from broker.identity import canonical_json, sha256_hex
+from broker.errors import InputError, OrphanStop, RevisionNotRunning
+from broker.identity import Identity, canonical_json, sha256_hex
 from broker.prefix import Prefix
-from broker.records import AttemptStatus, RunStatus
+from broker.records import AttemptRecord, AttemptStatus, RevisionEnd, RunStatus, SlotRecord
 from broker.settings import OrphanPolicy, Settings
 from broker.store import RunStore
 from orchestrator.admission import Admission, Refusal, admit
@@ -88,20 +88,30 @@ class Pipeline:
 
     # ---- pre-spend ---------------------------------------------------------------------------
 
-    def admit(self, run_id: str, script: bytes | str, args: Any, envelope: Envelope
+    def admit(self, run_id: str, script: bytes | str, args: Any, envelope: Envelope, *,
+              job: Callable[[Admitted], tuple[str, dict[str, Any]]] | None = None
               ) -> Admitted:
         """Validate args, check, annotate, gate, number the revision.
 
         A refused candidate is recorded and finished here, so it never needs a sandbox.
+        ``job(admitted)`` gives the sandbox job (id, message) of an accepted one; it is
+        recorded with the revision's number, in the same transaction.
         """
         source = decode_source(script)
         args_text = args_json(args, envelope)
-        self.store.ensure_run(run_id)
-        slots = self.store.list_slots(run_id)
+        slots = self.store.open_run(run_id)
         decided = admit(source, slots, relocation=str(self.settings.relocation))
-        revision = self.store.add_revision(run_id, source.text, source.digest,
-                                           args=args_text.encode("utf-8"),
-                                           envelope=envelope_bytes(envelope))
+        accepted = None if isinstance(decided, Refusal) else decided
+
+        def accepted_job(number: int) -> tuple[str, dict[str, Any]]:
+            assert job is not None
+            return job(Admitted(run_id, number, source, args_text, accepted,
+                                RunReport(run_id=run_id, revision=number)))
+
+        revision = self.store.add_revision(
+            run_id, source.text, source.digest, args=args_text.encode("utf-8"),
+            envelope=envelope_bytes(envelope),
+            job=accepted_job if job is not None and accepted is not None else None)
         report = RunReport(run_id=run_id, revision=revision)
         if isinstance(decided, Refusal):
             self._refused(report, decided)
@@ -133,21 +143,39 @@ class Pipeline:
 
     # ---- the spending half -------------------------------------------------------------------
 
-    def execute(self, admitted: Admitted, envelope: Envelope, *, delivery: int = 1
-                ) -> RunReport:
+    def execute(self, admitted: Admitted, envelope: Envelope, *, delivery: int = 1,
+                job_id: str | None = None) -> RunReport:
         """Sandbox, one decision per call, certificate, finish.
 
-        The gate runs again against the prefix as it is now; each delivery of a Celery
-        job gets its own RPC directory (``rev-N-dK``).
+        The revision starts in one transaction (its lease, the job ``job_id`` of the
+        sandbox worker running it, the prefix as it is now, on which the gate runs again)
+        and ends in one. Each delivery of a Celery job gets its own RPC directory
+        (``rev-N-dK``). ``RevisionNotRunning`` when the revision already ended (a stale
+        delivery): nothing is started.
         """
         assert admitted.admission is not None, "execute() needs an accepted candidate"
         assert self.executor_for is not None, "this pipeline only admits"
         run_id, revision, report = admitted.run_id, admitted.revision, admitted.report
-        self.store.set_run_status(run_id, RunStatus.RUNNING)
-        slots = self.store.list_slots(run_id)
-        admission = admitted.admission.regate(slots, str(self.settings.relocation))
+        relocation = str(self.settings.relocation)
+        regated: list[Admission] = []
+
+        def admit(slots: list[SlotRecord]) -> bool:
+            assert admitted.admission is not None
+            regated[:] = [admitted.admission.regate(slots, relocation)]
+            return regated[0].gate.accepted
+
+        lease = RevisionLease(self.store, run_id, revision,
+                              self.settings.revision_lease_seconds)
+        started = self.store.start_revision(
+            run_id, revision, owner=lease.owner, job_id=job_id, admit=admit,
+            event=f"{self.runner.kind} sandbox starting")
+        if started is None:
+            raise RevisionNotRunning(f"revision {revision} of run {run_id} is no longer "
+                                     "running; nothing was started", run_id=run_id)
+        slots, accepted = started
+        admission = regated[0]
         report.gate = GateReport.model_validate(admission.gate.to_json())
-        if not admission.gate.accepted:
+        if not accepted:
             self._refused(report, Refusal(check=_no_violations(), gate=admission.gate))
             self.store.set_run_status(run_id, RunStatus.STOPPED, report.error.message[:500]
                                       if report.error else None)
@@ -158,25 +186,24 @@ class Pipeline:
             args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
             store=self.store, runner=self.runner, executor=executor,
             rpc_dir=_rpc_dir(run_id, revision, delivery))
-        self.store.add_event(run_id, "sandbox_start", f"{self.runner.kind} sandbox starting",
-                             revision=revision)
         try:
-            with RevisionLease(self.store, run_id, revision,
-                               self.settings.revision_lease_seconds):
+            with lease.renewed():
                 result = session.run()
         finally:
             executor.close()
             shutil.rmtree(session.rpc_dir.parent, ignore_errors=True)
-        self.store.add_event(run_id, "sandbox_exit", "sandbox finished", revision=revision,
-                             data={"calls": len(result.calls)})
-        self._finish(report, result, envelope)
+        self._finish(report, result, envelope, job_id)
         return report
 
     # ---- after the sandbox -------------------------------------------------------------------
 
-    def _finish(self, report: RunReport, result: SessionResult, envelope: Envelope) -> None:
+    def _finish(self, report: RunReport, result: SessionResult, envelope: Envelope,
+                job_id: str | None) -> None:
+        """The report from the revision's attempts and the run's slots (one read), then
+        everything it says written in one transaction."""
         run_id, revision = report.run_id, report.revision
         assert revision is not None
+        attempts, slots = self.store.revision_facts(run_id, revision)
         report.sandbox = result.sandbox
         report.warnings = sorted({*result.warnings, *getattr(self.runner, "warnings", ())})
         report.logs = list((result.outcome or {}).get("logs") or [])[:200]
@@ -186,32 +213,36 @@ class Pipeline:
                            replayed_from=None if c.replayed_from is None
                            else str(c.replayed_from))
             for c in sorted(result.calls, key=lambda c: c.identity)]
-        report.calls, report.spend = self._counts(run_id, revision, result)
+        report.calls, report.spend = self._counts(attempts, revision, result)
         run_status = self._status(report, result)
-        self._orphans(report, result, envelope)
+        events: list[tuple[str, str, dict[str, Any] | None]] = [
+            ("sandbox_exit", "sandbox finished", {"calls": len(result.calls)})]
+        orphans, policy = self._orphans(report, result, envelope, events)
         if report.status is RevisionStatus.FAILED and run_status is RunStatus.SUCCEEDED:
             run_status = RunStatus.FAILED
-        certificate = build_certificate(self.store.list_slots(run_id))
-        self.store.save_certificate(run_id, revision, certificate.digest,
-                                    list(certificate.entries))
-        report.certificate = self.verified_certificate(run_id)
+        certificate = build_certificate(slots)
+        report.certificate = CertificateReport.model_validate(
+            verify(certificate.digest, list(certificate.entries), slots).to_json())
         report.certificate.relocations = list(report.gate.relocations)
         detail = None
         if run_status is RunStatus.BLOCKED and report.error is not None:
             detail = f"blocked: unresolved attempt at {report.error.identity}"
         elif report.error is not None:
             detail = report.error.message[:500]
-        self.store.finish_revision(run_id, revision, str(report.status), report.to_json())
-        self.store.set_run_status(run_id, run_status, detail)
-        self.store.add_event(run_id, "revision_finished",
-                             f"revision {revision} {report.status}", revision=revision,
-                             data=report.calls.model_dump())
+        events.append(("revision_finished", f"revision {revision} {report.status}",
+                       report.calls.model_dump()))
+        self.store.end_revision(RevisionEnd(
+            run_id=run_id, revision=revision, status=str(report.status),
+            summary=report.to_json(), run_status=run_status, detail=detail,
+            certificate_digest=certificate.digest,
+            certificate_entries=tuple(certificate.entries), orphans=tuple(orphans),
+            orphan_policy=str(policy), events=tuple(events), job_id=job_id))
 
-    def _counts(self, run_id: str, revision: int, result: SessionResult
+    @staticmethod
+    def _counts(attempts: list[AttemptRecord], revision: int, result: SessionResult
                 ) -> tuple[CallCounts, float]:
         """From the store's attempts of this revision (every delivery) and the session's
         replays of slots committed by earlier revisions: the provider log agrees."""
-        attempts = [a for a in self.store.list_attempts(run_id) if a.revision == revision]
         replayed = sum(1 for c in result.calls if str(c.outcome) == "replayed"
                        and (c.committed_by is None or c.committed_by < revision))
         denied = sum(1 for c in result.calls if str(c.outcome) == "denied")
@@ -243,19 +274,17 @@ class Pipeline:
             "identity": error.get("identity")})
         return RunStatus.FAILED
 
-    def _orphans(self, report: RunReport, result: SessionResult, envelope: Envelope) -> None:
+    def _orphans(self, report: RunReport, result: SessionResult, envelope: Envelope,
+                 events: list[tuple[str, str, dict[str, Any] | None]]
+                 ) -> tuple[list[Identity], OrphanPolicy]:
         """Frozen identities this revision did not reach, for every revision."""
         orphans = result.prefix.orphans()
+        policy = OrphanPolicy(envelope.orphan_policy or self.settings.orphan_policy)
         report.orphans = [OrphanReport(**o.to_json(), identity=str(o)) for o in orphans]
         if not orphans:
-            return
-        run_id, revision = report.run_id, report.revision
-        assert revision is not None
-        policy = envelope.orphan_policy or self.settings.orphan_policy
-        self.store.save_orphans(run_id, revision, orphans, str(policy))
-        self.store.add_event(run_id, "orphans", f"{len(orphans)} committed identities were "
-                             "not invoked", revision=revision,
-                             data={"identities": [str(o) for o in orphans]})
+            return [], policy
+        events.append(("orphans", f"{len(orphans)} committed identities were not invoked",
+                       {"identities": [str(o) for o in orphans]}))
         if policy is OrphanPolicy.STOP and report.status is RevisionStatus.SUCCEEDED:
             report.status = RevisionStatus.FAILED
             report.result = None
@@ -263,6 +292,7 @@ class Pipeline:
                 f"{len(orphans)} committed identities were not invoked (orphan policy stop): "
                 + ", ".join(str(o) for o in orphans[:5]),
                 identity=str(orphans[0])).to_json())
+        return orphans, policy
 
     def verified_certificate(self, run_id: str) -> CertificateReport:
         """The latest persisted certificate recomputed from the store, with differences."""

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from broker.errors import StoreUnavailable
 from broker.owner import current_owner
@@ -48,10 +50,12 @@ class RevisionLease:
             # While the store is away, try every second: renewed as soon as it is back.
             wait = self._interval if self.renew() is not None else min(1.0, self._interval)
 
-    def __enter__(self) -> RevisionLease:
-        self.renew()
+    @contextmanager
+    def renewed(self) -> Iterator[RevisionLease]:
+        """Renew the lease while the block runs; it was just taken (``start_revision``
+        wrote the owner and the heartbeat in the revision's start transaction)."""
         self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
+        try:
+            yield self
+        finally:
+            self._stop.set()

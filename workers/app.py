@@ -85,6 +85,17 @@ tolerate_released_channels()
 
 
 @worker_init.connect
+def quiet_capability_sends(sender: Any = None, **_: Any) -> None:
+    """A sandbox worker sends a capability task per wave of new calls; a ``task-sent``
+    event for each doubled the cost of sending it. Flower shows those tasks from the
+    moment a broker worker receives them (the job tasks keep their sent events)."""
+    app = getattr(sender, "app", None)
+    if isinstance(app, ReviseCelery) and app.routing.queue("sandbox") in (
+            app.amqp.queues.consume_from or {}):
+        app.conf.task_send_sent_event = False
+
+
+@worker_init.connect
 def refuse_unsafe_sandbox(sender: Any = None, **_: Any) -> None:
     """A worker consuming the sandbox queue starts only with a sandbox it may use: under
     REVISE_SANDBOX=auto that is a ready Docker engine (the process sandbox must be named).

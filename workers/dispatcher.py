@@ -79,9 +79,22 @@ def _dispatch(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str,
 def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:
     # The dispatcher never starts a sandbox or calls a provider: no runner, no executor.
     pipeline = Pipeline(store=ctx.store, runner=None, settings=ctx.settings, executor_for=None)
+    queued: list[dict[str, Any]] = []
+
+    def sandbox_job(admitted: Admitted) -> tuple[str, dict[str, Any]]:
+        # The store is the truth about accepted jobs: recorded with the revision, before the
+        # message is queued, so a message Redis loses is queued again (workers.recovery).
+        assert admitted.admission is not None
+        queued[:] = [{"job_id": job_id, "run_id": admitted.run_id,
+                      "revision": admitted.revision, "source": admitted.source.text,
+                      "admission": admitted.admission.to_wire(),
+                      "args_text": admitted.args_text, "envelope": job["envelope"]}]
+        return job_id, queued[0]
+
     try:
         envelope = Envelope.model_validate(job["envelope"])
-        admitted = pipeline.admit(job["run_id"], job["script"], job["args"], envelope)
+        admitted = pipeline.admit(job["run_id"], job["script"], job["args"], envelope,
+                                  job=sandbox_job)
     except StoreUnavailable:
         raise  # not an answer: the caller queues the job again
     except ReviseError as exc:
@@ -89,23 +102,9 @@ def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, An
     if admitted.admission is None:
         return _answer(job_id, job, revision=admitted.revision,
                        report=admitted.report.to_json())
-    _enqueue(ctx, job_id, admitted, job["envelope"])
-    return _answer(job_id, job, revision=admitted.revision, accepted=True)
-
-
-def _enqueue(ctx: WorkerContext, job_id: str, admitted: Admitted,
-             envelope_wire: dict[str, Any]) -> None:
-    assert admitted.admission is not None
-    message = {"job_id": job_id, "run_id": admitted.run_id, "revision": admitted.revision,
-               "source": admitted.source.text, "admission": admitted.admission.to_wire(),
-               "args_text": admitted.args_text, "envelope": envelope_wire}
-    # The store is the truth about accepted jobs: recorded before the message is queued,
-    # so a message Redis loses is queued again from here (workers.recovery).
-    ctx.store.accept_job(job_id, admitted.run_id, admitted.revision, message)
-    ctx.store.add_event(admitted.run_id, "queued", f"revision {admitted.revision} queued for "
-                        "a sandbox worker", revision=admitted.revision, data={"job_id": job_id})
     app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job_id),
-                  queue=ctx.routing.queue("sandbox"), args=[message])
+                  queue=ctx.routing.queue("sandbox"), args=queued)
+    return _answer(job_id, job, revision=admitted.revision, accepted=True)
 
 
 def _settle(answer: dict[str, Any]) -> dict[str, Any]:

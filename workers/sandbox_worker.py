@@ -30,8 +30,7 @@ from typing import Any
 from celery.exceptions import Ignore
 
 from broker.envelope import Envelope
-from broker.errors import ReviseError, SandboxError, StoreUnavailable
-from broker.owner import current_owner
+from broker.errors import ReviseError, RevisionNotRunning, SandboxError, StoreUnavailable
 from broker.records import RunStatus
 from orchestrator.admission import Admission
 from orchestrator.pipeline import Admitted, Pipeline
@@ -94,18 +93,16 @@ def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     answer = run_leased(
         ctx.lease, self.request.id, wait=ctx.queue.lease_seconds * 1.5,
         uncounted=(StoreUnavailable,), duplicate=duplicate,
-        give_up=lambda grant: _answer(_give_up(ctx, job, grant), grant),
+        give_up=lambda grant: _gave_up(ctx, job, grant),
         run=lambda grant: _start(ctx, job, grant))
     return _settle_stale(answer) if answer.get("duplicate") else _settle(answer)
 
 
 def _start(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> Any:
-    if not ctx.store.start_job(job["job_id"], job["run_id"], job["revision"],
-                               current_owner()):
+    try:
+        return _answer(_run_started(ctx, job, grant), grant)
+    except RevisionNotRunning:
         return Released(_stale(ctx, job) or {})  # finished or lost while this one waited
-    answer = _answer(_run_started(ctx, job, grant), grant)
-    _finish_job(ctx, job)
-    return answer
 
 
 def _answer(report: RunReport, grant: Grant) -> dict[str, Any]:
@@ -149,11 +146,15 @@ def _settle_stale(answer: dict[str, Any]) -> dict[str, Any]:
     return _settle(answer) if answer.get("status") else answer
 
 
-def _finish_job(ctx: WorkerContext, job: dict[str, Any]) -> None:
+def _gave_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str, Any]:
+    """The revision is failed here, and its job finished (a revision that ran to its end
+    finished its job in its end transaction)."""
+    answer = _answer(_give_up(ctx, job, grant), grant)
     try:
         ctx.store.finish_job(job["job_id"])
     except StoreUnavailable:  # the revision is finished; the job row only says it late
         log.warning("job %s: could not mark it finished (store unavailable)", job["job_id"])
+    return answer
 
 
 def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
@@ -163,8 +164,8 @@ def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunRe
                             "job over; committed calls replay", revision=job["revision"])
     try:
         return _run(ctx, job, grant.starts)
-    except StoreUnavailable:
-        raise  # the caller queues the job again; its revision is still running
+    except (StoreUnavailable, RevisionNotRunning):
+        raise  # queued again (its revision is still running), or a stale delivery
     except BaseException as exc:
         # Leave a visible state, then let Celery see the error (``run_leased`` releases
         # the lease, so an operator's resubmission is not mistaken for a duplicate).
@@ -189,11 +190,10 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
             store=ctx.store, transport=Transport(ctx.broker_redis), brokers=ctx.brokers,
             lease_seconds=ctx.settings.attempt_lease_seconds, chunk=ctx.queue.wave_chunk))
     run_id, revision = job["run_id"], job["revision"]
-    admission = Admission.from_wire(job["admission"], ctx.store.list_slots(run_id),
-                                    str(ctx.settings.relocation))
     admitted = Admitted(run_id, revision, decode_source(job["source"]), job["args_text"],
-                        admission, RunReport(run_id=run_id, revision=revision))
-    return pipeline.execute(admitted, envelope, delivery=delivery)
+                        Admission.from_wire(job["admission"]),
+                        RunReport(run_id=run_id, revision=revision))
+    return pipeline.execute(admitted, envelope, delivery=delivery, job_id=job["job_id"])
 
 
 def _give_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:

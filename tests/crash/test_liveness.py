@@ -87,14 +87,16 @@ def test_started_jobs_are_lost_with_their_worker_and_accepted_ones_wait(
             store.ensure_run(run_id)
             number = store.add_revision(run_id, "src", "d")
             store.accept_job(f"job-{run_id}", run_id, number, {"job_id": f"job-{run_id}"})
-        assert store.start_job("job-started", "started", 1, _dead_owner())
+        assert store.start_revision("started", 1, owner=_dead_owner(), job_id="job-started",
+                                    event="sandbox starting", admit=lambda slots: True)
         lost = sweep_revisions(store, 30.0)
         assert [(x.run_id, x.reason) for x in lost] == [("started", LOST_SANDBOX)]
         assert store.get_job("job-started").status == "lost"
         assert store.get_job("job-accepted").status == "accepted"
         assert store.get_revision("accepted", 1).status == "running"
         # a stale delivery of the lost job finds it not running
-        assert not store.start_job("job-started", "started", 1, current_owner())
+        assert store.start_revision("started", 1, owner=current_owner(), job_id="job-started",
+                                    event="sandbox starting", admit=lambda slots: True) is None
     finally:
         store.close()
 

@@ -1,0 +1,114 @@
+"""A revision's start and its end, one transaction each (``SqlStore.start_revision`` and
+``SqlStore.end_revision``).
+
+Starting a revision takes its job (when a sandbox worker runs it), its lease, the run's
+status and reads the committed prefix; the gate decides on that prefix inside the same
+transaction, so a refused start writes nothing. Ending it writes everything the
+revision's report says at once: certificate, orphans, events, the revision's status and
+summary, the run's status and the job's end. Between them only calls are decided and
+committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from broker import models
+from broker.models import attempt_record, slot_record
+from broker.records import (
+    AttemptRecord,
+    JobStatus,
+    RevisionEnd,
+    RunStatus,
+    SlotRecord,
+)
+
+runs = cast(Table, models.Run.__table__)
+revisions = cast(Table, models.Revision.__table__)
+slots = cast(Table, models.Slot.__table__)
+attempts = cast(Table, models.Attempt.__table__)
+certificates = cast(Table, models.Certificate.__table__)
+orphans = cast(Table, models.Orphan.__table__)
+events = cast(Table, models.Event.__table__)
+jobs = cast(Table, models.Job.__table__)
+
+
+def slots_txn(conn: Connection, run_id: str) -> list[SlotRecord]:
+    rows = conn.execute(select(slots).where(slots.c.run_id == run_id)).all()
+    # Text paths sort "10" before "2"; the identity order compares path tuples.
+    return sorted((slot_record(r) for r in rows), key=lambda s: s.identity)
+
+
+def start_revision_txn(conn: Connection, run_id: str, revision: int, *, owner: str,
+                       job_id: str | None, event: str,
+                       admit: Callable[[list[SlotRecord]], bool]
+                       ) -> tuple[list[SlotRecord], bool] | None:
+    """Take the revision's lease for ``owner`` and read the prefix; ``admit(slots)`` (the
+    gate again) decides whether it runs. None when the revision is no longer running (a
+    stale delivery); ``(slots, False)`` when the gate refused it (only the lease taken)."""
+    now = models.utcnow()
+    owned = conn.execute(update(revisions).where(
+        revisions.c.run_id == run_id, revisions.c.revision == revision,
+        revisions.c.status == "running").values(owner=owner, heartbeat_at=now))
+    if owned.rowcount == 0:
+        return None
+    prefix = slots_txn(conn, run_id)
+    if not admit(prefix):
+        return prefix, False
+    if job_id is not None:
+        conn.execute(update(jobs).where(
+            jobs.c.job_id == job_id,
+            jobs.c.status.in_([JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
+            .values(status=JobStatus.STARTED.value, updated_at=now))
+    conn.execute(update(runs).where(runs.c.run_id == run_id).values(
+        status=RunStatus.RUNNING.value, detail=None, updated_at=now))
+    conn.execute(insert(events).values(run_id=run_id, revision=revision, identity=None,
+                                       kind="sandbox_start", message=event, data=None,
+                                       created_at=now))
+    return prefix, True
+
+
+def revision_facts_txn(conn: Connection, run_id: str, revision: int
+                       ) -> tuple[list[AttemptRecord], list[SlotRecord]]:
+    """What a finished revision's report is made of: its attempts and the run's slots."""
+    rows = conn.execute(select(attempts).where(
+        attempts.c.run_id == run_id, attempts.c.revision == revision)
+        .order_by(attempts.c.id)).all()
+    return [attempt_record(r) for r in rows], slots_txn(conn, run_id)
+
+
+def end_revision_txn(conn: Connection, end: RevisionEnd) -> None:
+    now = models.utcnow()
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    cert = dialect.insert(certificates).values(
+        run_id=end.run_id, revision=end.revision, digest=end.certificate_digest,
+        entries=list(end.certificate_entries), created_at=now)
+    conn.execute(cert.on_conflict_do_update(
+        index_elements=["run_id", "revision"],
+        set_={"digest": cert.excluded.digest, "entries": cert.excluded.entries,
+              "created_at": cert.excluded.created_at}))
+    if end.orphans:
+        conn.execute(dialect.insert(orphans).values([
+            {"run_id": end.run_id, "revision": end.revision, "identity": str(i),
+             "policy": end.orphan_policy, "created_at": now} for i in end.orphans])
+            .on_conflict_do_nothing(index_elements=["run_id", "revision", "identity"]))
+    conn.execute(insert(events), [_event(end, kind, message, data, now)
+                                  for kind, message, data in end.events])
+    conn.execute(update(revisions).where(
+        revisions.c.run_id == end.run_id, revisions.c.revision == end.revision)
+        .values(status=end.status, summary=end.summary))
+    conn.execute(update(runs).where(runs.c.run_id == end.run_id).values(
+        status=RunStatus(end.run_status).value, detail=end.detail, updated_at=now))
+    if end.job_id is not None:
+        conn.execute(update(jobs).where(jobs.c.job_id == end.job_id).values(
+            status=JobStatus.FINISHED.value, updated_at=now))
+
+
+def _event(end: RevisionEnd, kind: str, message: str, data: dict[str, Any] | None,
+           now: Any) -> dict[str, Any]:
+    return {"run_id": end.run_id, "revision": end.revision, "identity": None, "kind": kind,
+            "message": message, "data": data, "created_at": now}

@@ -1,0 +1,91 @@
+"""The run store's statements on the path of every call, built once with bind parameters.
+
+Building a SQLAlchemy statement (its expressions, then its cache key) costs more
+than executing it, and these run for every call: claim, commit, heartbeat. They
+are built at import and executed with a parameter dict; the ones that differ by
+dialect (ON CONFLICT, FOR UPDATE) are built once per dialect.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, case, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from broker import models
+from broker.identity import Identity
+from broker.records import OPEN_ATTEMPT_STATUSES, AttemptStatus
+
+runs = cast(Table, models.Run.__table__)
+revisions = cast(Table, models.Revision.__table__)
+slots = cast(Table, models.Slot.__table__)
+attempts = cast(Table, models.Attempt.__table__)
+blobs = cast(Table, models.Blob.__table__)
+
+SLOT_KEY = ["run_id", "site", "path", "occurrence"]
+OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
+
+
+def at(identity: Identity, run_id: str) -> dict[str, Any]:
+    """The parameters naming one identity of a run."""
+    return {"run_id": run_id, "site": identity.site, "path": identity.path_text,
+            "occurrence": identity.occurrence}
+
+
+def _at(table: Table) -> Any:
+    return ((table.c.run_id == bindparam("run_id")) & (table.c.site == bindparam("site"))
+            & (table.c.path == bindparam("path"))
+            & (table.c.occurrence == bindparam("occurrence")))
+
+
+SLOT_AT = select(slots).where(_at(slots))
+LATEST_ATTEMPT = (select(attempts).where(_at(attempts)).order_by(attempts.c.number.desc())
+                  .limit(1))
+# The slot at the identity first, else a slot of another revision with the same call
+# (the paid-payload ledger): one read for both questions.
+_PAID_ELSEWHERE = ((slots.c.run_id == bindparam("run_id"))
+                   & (slots.c.capability == bindparam("capability"))
+                   & (slots.c.digest == bindparam("digest"))
+                   & (slots.c.revision != bindparam("revision")))
+SLOT_OR_PAID = (select(slots).where(_at(slots) | _PAID_ELSEWHERE)
+                .order_by(case((_at(slots), 0), else_=1)).limit(1))
+INSERT_ATTEMPT = insert(attempts).returning(*attempts.c)
+SUCCEED_ATTEMPT = (update(attempts)
+                   .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN))
+                   .values(status=AttemptStatus.SUCCEEDED.value))
+CONFLICTED_ATTEMPT = (update(attempts)
+                      .where(attempts.c.id == bindparam("attempt_id"),
+                             attempts.c.status.in_(OPEN))
+                      .values(status=AttemptStatus.FAILED.value, error=bindparam("error")))
+HEARTBEAT = (update(attempts)
+             .where(attempts.c.id.in_(bindparam("ids", expanding=True)),
+                    attempts.c.status == AttemptStatus.PENDING.value)
+             .values(heartbeat_at=bindparam("now")))
+
+
+def _dialect(name: str) -> Any:
+    return postgresql if name == "postgresql" else sqlite
+
+
+@cache
+def revision_head(dialect: str) -> Any:
+    """The revision's status, locking its run's row on PostgreSQL (SQLite writers hold the
+    database lock already): concurrent deciders of one run go one after the other."""
+    query = select(revisions.c.status).join(runs, runs.c.run_id == revisions.c.run_id).where(
+        revisions.c.run_id == bindparam("run_id"), revisions.c.revision == bindparam("revision"))
+    return query.with_for_update(of=runs) if dialect == "postgresql" else query
+
+
+@cache
+def insert_blob(dialect: str) -> Any:
+    return _dialect(dialect).insert(blobs).on_conflict_do_nothing(
+        index_elements=["run_id", "digest"])
+
+
+@cache
+def insert_slot(dialect: str) -> Any:
+    """Insert a slot unless its identity has one; returns the row it inserted."""
+    return _dialect(dialect).insert(slots).on_conflict_do_nothing(
+        index_elements=SLOT_KEY).returning(*slots.c)
