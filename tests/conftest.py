@@ -15,6 +15,12 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.exc import SQLAlchemyError
 
+# Under ``pytest -n N`` (tests/run.sh) each worker process gets a Redis db of its own: the
+# fixtures flush their db, and a Celery stack's queues and leases live there.
+_XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _XDIST_WORKER.startswith("gw") and "REVISE_TEST_REDIS_DB" not in os.environ:
+    os.environ["REVISE_TEST_REDIS_DB"] = str(15 - int(_XDIST_WORKER.removeprefix("gw")))
+
 PG_HOST = "127.0.0.1:5432"
 PG_USERS = ("postgres", "root")
 # One Redis db for the suite; REVISE_TEST_REDIS_DB lets two checkouts test side by side.

@@ -50,6 +50,11 @@ say "lint (ruff) and types of the core (mypy)"
 ruff check .
 mypy
 
-say "running the tests"
+# The tests start many Python processes; with PYTHONDONTWRITEBYTECODE set (as on this
+# machine) each would compile every module of the project again.
+say "compiling the project"
+python3 -m compileall -q -x '/fixtures/' orchestrator broker sandbox workers tests bench
+
+say "running the tests (three processes: each gets its own Redis db, tests/conftest.py)"
 export CI="${CI:-true}"
-python3 -m pytest -q -p no:cacheprovider "$@"
+python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n "${PYTEST_PROCESSES:-3}" "$@"

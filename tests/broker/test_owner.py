@@ -78,12 +78,14 @@ def test_local_owners_are_judged_by_pid_and_start_time() -> None:
 
 
 @pytest.mark.parametrize("token", [
-    f"{socket.gethostname()}:{os.getpid()}:0:1",  # the old host:pid:start:thread form
-    f"{socket.gethostname()}:1",  # the old container label form
+    "{host}:{pid}:0:1",  # the old host:pid:start:thread form
+    "{host}:1",  # the old container label form
     "v2:elsewhere:0123456789abcdef:aaaaaaaaaaaa:1:1:1",  # another host's process table
     "", "v2:x", "v3:h:d:b:1:1:1",
 ])
 def test_tokens_of_unknown_domains_are_never_judged(token: str) -> None:
+    # (the test ids stay the same in every process: pytest -n collects in each worker)
+    token = token.format(host=socket.gethostname(), pid=os.getpid())
     assert owner_alive(token) is None
 
 
