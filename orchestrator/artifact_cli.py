@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from broker.settings import Settings
 
 artifact_app = typer.Typer(help="Artifacts (images and other bytes calls produced).",
-                           no_args_is_help=True)
+                           rich_markup_mode=None, no_args_is_help=True)
 
 
 def fetch_to(settings: Settings, artifact: str, target: Path) -> dict[str, object]:

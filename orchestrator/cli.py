@@ -10,11 +10,8 @@ from typing import Annotated, Any
 import typer
 
 from broker.errors import InputError
-from broker.identity import Identity
-from broker.records import AttemptStatus
 from orchestrator import render
 from orchestrator.artifact_cli import register as register_artifact
-from orchestrator.certificate import verify
 from orchestrator.cli_common import (
     EXIT_FAILED,
     EXIT_OK,
@@ -28,18 +25,20 @@ from orchestrator.cli_common import (
     read_json,
     read_script,
 )
-from orchestrator.gate import check_gate, frozen_sites
 from orchestrator.repair_cli import register as register_repair
-from orchestrator.sites import assign_sites
-from orchestrator.source import decode_source
 from orchestrator.submit_cli import register as register_submit
 
-app = typer.Typer(help="Revise: run model-written orchestration scripts and repair them "
-                       "without paying twice.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
-sandbox_app = typer.Typer(help="Sandbox image management.", no_args_is_help=True)
+# Plain help (rich_markup_mode=None): rendering it with rich took longer than the rest of
+# `revise --help`.
+app = typer.Typer(
+    help="Revise: run model-written orchestration scripts and repair them without paying "
+    "twice.", rich_markup_mode=None, no_args_is_help=True, pretty_exceptions_enable=False,
+    add_completion=False)
+sandbox_app = typer.Typer(
+    rich_markup_mode=None, help="Sandbox image management.", no_args_is_help=True)
 app.add_typer(sandbox_app, name="sandbox")
-db_app = typer.Typer(help="The run store's database.", no_args_is_help=True)
+db_app = typer.Typer(
+    rich_markup_mode=None, help="The run store's database.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
 # pydantic (settings, envelopes) and the checker load inside the commands that use them:
@@ -63,6 +62,7 @@ def _services():
 def check_cmd(script: Path, as_json: JsonFlag = False) -> None:
     """Run the static checker (R00-R12) on SCRIPT; exit 0 when valid."""
     from orchestrator.checker import check
+    from orchestrator.source import decode_source
 
     report = check(decode_source(read_script(script)).text)
     emit(as_json, report.to_json(), lambda c: render.check_report(c, report))
@@ -73,6 +73,9 @@ def check_cmd(script: Path, as_json: JsonFlag = False) -> None:
 @guard
 def sites_cmd(script: Path, as_json: JsonFlag = False) -> None:
     """List the structural callsites of SCRIPT with capability and fingerprint."""
+    from orchestrator.sites import assign_sites
+    from orchestrator.source import decode_source
+
     source = decode_source(read_script(script))
     try:
         tree = ast.parse(source.text)
@@ -88,6 +91,10 @@ def sites_cmd(script: Path, as_json: JsonFlag = False) -> None:
 @guard
 def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
     """Check SCRIPT against the frozen prefix of run R (starts nothing)."""
+    from orchestrator.gate import check_gate, frozen_sites
+    from orchestrator.sites import assign_sites
+    from orchestrator.source import decode_source
+
     source = decode_source(read_script(script))
     try:
         tree = ast.parse(source.text)
@@ -197,6 +204,8 @@ def report_cmd(
 @guard
 def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Recompute run R's certificate from the store and list differences."""
+    from orchestrator.certificate import verify
+
     services = _services()
     try:
         persisted = services.store.latest_certificate(run_id)
@@ -238,6 +247,8 @@ def attempts_cmd(
     as_json: JsonFlag = False,
 ) -> None:
     """List provider attempts (written before dispatch)."""
+    from broker.records import AttemptStatus
+
     statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.PENDING}) if unresolved \
         else None
     services = _services()
@@ -275,6 +286,7 @@ def reconcile_cmd(
     A result (from --result FILE or a provider log's ok line with --from-log FILE) must
     have the capability's result shape, and every artifact it references must be in the
     artifact store or given with --artifact FILE."""
+    from broker.identity import Identity
     from orchestrator.reconcile import reconcile_attempt, result_from_log
     from orchestrator.reconcile_input import Imported
 

@@ -11,15 +11,17 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 
 from broker.errors import ConfigError, InputError, ReviseError
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
 from orchestrator import render
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the run, check or gate said no
@@ -40,8 +42,25 @@ RunId = Annotated[str, typer.Option("--run-id", help="the run to create or repai
 # or an argument, today or added later) refuses a bad name the same way.
 NAME_PARAMETERS = {"run_id": "run id", "job_id": "job id"}
 
-out = Console()
-err = Console(stderr=True)
+class _Console:
+    """A rich Console made on first use (``revise --help`` never loads rich)."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+# Lines are not hard-wrapped (tables still fit the width): a path in a message must stay
+# one piece to copy.
+out: Console = _Console(soft_wrap=True)  # type: ignore[assignment]
+err: Console = _Console(stderr=True, soft_wrap=True)  # type: ignore[assignment]
 
 
 def emit_json(data: Any) -> None:

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape as _escape
-from rich.table import Table
+if TYPE_CHECKING:  # the CLI imports this module for --help: rich loads on first output
+    from rich.console import Console
 
-if TYPE_CHECKING:  # the CLI imports this module for --help: keep it light
     from broker.records import AttemptRecord, RunRecord
     from orchestrator.checker import CheckReport
     from orchestrator.gate import GateResult
@@ -27,8 +25,16 @@ _CONTROLS = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80
              if code not in (0x09, 0x0A)}
 
 
+def Table(*headers: str, **options: Any) -> Any:
+    from rich.table import Table as RichTable
+
+    return RichTable(*headers, **options)
+
+
 def escape(text: str) -> str:
-    return _escape(str(text).translate(_CONTROLS))
+    from rich.markup import escape as markup_escape
+
+    return markup_escape(str(text).translate(_CONTROLS))
 
 
 def _status(status: str) -> str:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
-from rich.console import Console
 
 from broker.errors import InputError
 from orchestrator import render
@@ -31,6 +30,8 @@ from orchestrator.cli_common import (
 )
 
 if TYPE_CHECKING:  # --help stays fast: pydantic, httpx and the models load on use
+    from rich.console import Console
+
     from orchestrator.models import ModelEndpointError
 
 # RepairResult.outcome -> exit code
