@@ -97,6 +97,7 @@ class JobHandle:
         self._job = job  # the dispatch message, to send again if Redis lost it
         self._dispatched: dict[str, Any] | None = None
         self._sent_at = time.monotonic()
+        self._told = False  # the sandbox task's result said the job ended
         self.resent = 0
 
     def send(self) -> None:
@@ -192,8 +193,27 @@ class JobHandle:
                 raise TimeoutError(f"job {self.job_id} (run {self.run_id}) is still "
                                    f"{last_status} after {timeout:.0f} s (as far as could be "
                                    f"told); wait again or check `revise show {self.run_id}`")
-            time.sleep(delay)
+            self._nap(delay)
             delay = min(delay * 1.5, 0.25) if delay < 1.0 else 0.25
+
+    def _nap(self, seconds: float) -> None:
+        """Wait for the next look at the store: on the sandbox task's result once the job
+        is queued for a sandbox (the backend tells at once when it ended), else a sleep."""
+        if self._told or not (self._dispatched and self._dispatched.get("accepted")):
+            time.sleep(seconds)
+            return
+        from celery.exceptions import TimeoutError as CeleryTimeout
+
+        from workers.recovery import sandbox_task_id
+
+        try:
+            self.client.app.AsyncResult(sandbox_task_id(self.job_id)).get(
+                timeout=seconds, propagate=False, disable_sync_subtasks=False)
+            self._told = True  # it ended: from now on the store is all there is to read
+        except CeleryTimeout:
+            pass
+        except Exception:  # the result backend is away: the store decides, in its time
+            time.sleep(seconds)
 
     def result(self) -> dict[str, Any]:
         """The run JSON; raises the dispatcher's error for input it refused outright."""
