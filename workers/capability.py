@@ -53,8 +53,11 @@ from workers.routing import CAPABILITY_TASK
 _limits = app.queue_settings
 
 
+# track_started=False: nobody waits for a capability task's STARTED state (its asker
+# watches the store), and writing it was a Redis write and publish per wave.
 @app.task(name=CAPABILITY_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
-          throws=(CallFailed,), time_limit=_limits.capability_time_limit)
+          throws=(CallFailed,), time_limit=_limits.capability_time_limit,
+          track_started=False)
 def capability(self: ReviseTask, requests_wire: list[dict[str, Any]],
                envelope_wire: dict[str, Any], origin: Any = None) -> dict[str, Any]:
     """``origin`` tags the asker (a sandbox job's delivery); the answer carries it.

@@ -59,10 +59,15 @@ class RedisLedger:
 
     def paid(self, run_id: str, capability: str, digest: str,
              other_than: int) -> list[Identity]:
+        key = self.key(run_id, capability, digest)
         try:
-            if not self._redis.exists(self._marker(run_id)):
+            with self._redis.pipeline(transaction=False) as pipe:  # one round trip
+                pipe.exists(self._marker(run_id))
+                pipe.hgetall(key)
+                built, entries = pipe.execute()
+            if not built:
                 self.rebuild(run_id)
-            entries = self._redis.hgetall(self.key(run_id, capability, digest))
+                entries = self._redis.hgetall(key)
         except redis.RedisError as exc:
             self._unavailable("reading", exc)
             return sorted(s.identity for s in self._slots(run_id)
@@ -89,10 +94,8 @@ class RedisLedger:
 
     def record(self, slot: SlotRecord) -> None:
         try:
-            with self._redis.pipeline(transaction=True) as pipe:
-                pipe.hsetnx(self.key(slot.run_id, slot.capability, slot.digest),
-                            str(slot.identity), slot.revision)
-                pipe.execute()
+            self._redis.hsetnx(self.key(slot.run_id, slot.capability, slot.digest),
+                               str(slot.identity), slot.revision)
         except redis.RedisError as exc:
             # The slot is committed; a missing ledger entry is rebuilt from it, so this
             # never fails the call: say what happened instead.
