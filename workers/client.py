@@ -206,14 +206,16 @@ class JobHandle:
 
         from workers.recovery import sandbox_task_id
 
+        result = self.client.app.AsyncResult(sandbox_task_id(self.job_id))
         try:
-            self.client.app.AsyncResult(sandbox_task_id(self.job_id)).get(
-                timeout=seconds, propagate=False, disable_sync_subtasks=False)
+            result.get(timeout=seconds, propagate=False, disable_sync_subtasks=False)
             self._told = True  # it ended: from now on the store is all there is to read
         except CeleryTimeout:
             pass
         except Exception:  # the result backend is away: the store decides, in its time
             time.sleep(seconds)
+        finally:
+            _stop_listening(result)
 
     def result(self) -> dict[str, Any]:
         """The run JSON; raises the dispatcher's error for input it refused outright."""
@@ -226,6 +228,17 @@ class JobHandle:
         if revision is None or revision.status == "running" or revision.summary is None:
             raise RuntimeError(f"job {self.job_id} is still running; wait() first")
         return revision.summary
+
+
+def _stop_listening(result: Any) -> None:
+    """End ``result``'s subscription now, where an outage is caught. Left to its
+    ``__del__`` (at the latest when the CLI exits), a Redis that is away by then makes
+    Celery print a traceback."""
+    try:
+        result.backend.remove_pending_result(result)
+    except Exception:  # Redis is away: the subscription ended with the connection
+        pass
+    result.backend = None
 
 
 def _describe(exc: object) -> str:

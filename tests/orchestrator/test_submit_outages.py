@@ -39,3 +39,39 @@ def test_a_wait_that_cannot_tell_yet_exits_3(tmp_path: Path, redis_url: str) -> 
     assert done.returncode == EXIT_UNKNOWN
     assert "Traceback" not in done.stderr
     assert "still queued after 2 s" in done.stderr
+
+
+_WAITER = """
+import sys
+from broker.settings import Settings
+from workers.client import Client, JobHandle
+
+client = Client(Settings(redis_url=sys.argv[1], database_url=sys.argv[2]))
+handle = JobHandle(client, "job", "run")
+handle._dispatched = {"accepted": True}  # the waits listen on the sandbox task's result
+handle._nap(0.2)
+handle._nap(0.2)
+print("listened", flush=True)
+sys.stdin.readline()  # Redis is killed now; the process then exits
+"""
+
+
+def test_a_wait_ending_while_redis_is_away_prints_no_traceback(tmp_path: Path) -> None:
+    """A client whose Redis went away after it listened for a result exits quietly (it
+    used to print Celery's 'Retry limit exceeded' traceback from a result's __del__)."""
+    from tests.faults.services import PrivateRedis
+
+    redis = PrivateRedis(tmp_path / "redis")
+    redis.start()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-c", _WAITER, redis.url, f"sqlite:///{tmp_path / 'runs.db'}"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert child.stdout is not None and child.stdout.readline().strip() == "listened"
+        redis.kill()
+        _, stderr = child.communicate("go\n", timeout=120)
+    finally:
+        redis.close()
+    assert child.returncode == 0, stderr
+    assert "Traceback" not in stderr and "Retry limit" not in stderr, stderr
