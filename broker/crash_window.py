@@ -10,7 +10,10 @@ done the work. Two mechanisms find them:
   of any other table is never judged by pid;
 * anywhere, a pending attempt whose heartbeat is older than
   ``attempt_lease_seconds`` (the owner beats every third of it while the
-  provider call runs) is unresolved.
+  provider call runs) is unresolved. Time the judge could not reach the store
+  does not count: its owner could not renew either (a store outage is not a
+  death), so after an outage the age counts from when the judge's store
+  answered again (``RunStore.available_since``).
 
 Whoever finds one first marks it (the broker claiming the identity again, the
 sandbox job waiting for its answer, the reconciler's sweep); the store's
@@ -33,10 +36,15 @@ ALIVE_GRACE = 4
 
 
 def lease_expired(owner: str | None, beat: datetime, lease_seconds: float,
-                  now: datetime) -> bool:
+                  now: datetime, *, store_since: datetime | None = None) -> bool:
     """Is the lease held by ``owner`` (last renewed at ``beat``) gone? A dead owner on this
-    host at once; an owner elsewhere after the lease; a live one after ``ALIVE_GRACE``."""
+    host at once; an owner elsewhere after the lease; a live one after ``ALIVE_GRACE``.
+
+    ``store_since`` is when the judge saw the store answer again after an outage: nobody
+    could renew a lease before then, so its age counts from there."""
     alive = owner_alive(owner) if owner else None
+    if store_since is not None and store_since > beat:
+        beat = store_since
     age = (now - beat).total_seconds()
     if alive is False:
         return True
@@ -44,10 +52,11 @@ def lease_expired(owner: str | None, beat: datetime, lease_seconds: float,
 
 
 def attempt_expired(attempt: AttemptRecord, lease_seconds: float,
-                    now: datetime | None = None) -> bool:
+                    now: datetime | None = None, *, store_since: datetime | None = None
+                    ) -> bool:
     """Is a pending attempt's owner gone (the provider call may or may not have run)?"""
     return lease_expired(attempt.owner, attempt.heartbeat_at, lease_seconds,
-                         now or datetime.now(UTC))
+                         now or datetime.now(UTC), store_since=store_since)
 
 
 def mark_unresolved(store: RunStore, attempt: AttemptRecord, *, by: str, reason: str

@@ -278,7 +278,8 @@ class Broker:
         unresolved, which stops a side-effecting call, and a read-only one is abandoned
         and retried (at most ``READ_ONLY_RETRIES`` times: its worker may keep dying)."""
         lease = self.settings.attempt_lease_seconds
-        if existing.status is AttemptStatus.PENDING and not attempt_expired(existing, lease):
+        if existing.status is AttemptStatus.PENDING and not attempt_expired(
+                existing, lease, store_since=self.store.available_since):
             return True
         if existing.status is AttemptStatus.PENDING:
             marked = mark_unresolved(self.store, existing, by="revise",

@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -364,6 +364,8 @@ class SqlStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._safe_url = engine.url.render_as_string(hide_password=True)
+        self.available_since: datetime | None = None
+        self._away = False
 
     @classmethod
     def open(cls, url: str, *, busy_timeout_ms: int = 30_000) -> SqlStore:
@@ -405,7 +407,7 @@ class SqlStore:
                         conn.execution_options(revise_write=write)
                         with conn.begin():
                             try:
-                                return fn(conn)
+                                result = fn(conn)
                             except DBAPIError as exc:
                                 # A pooled connection the server dropped (a restart) fails
                                 # its first statement; nothing was committed, so once on a
@@ -415,6 +417,10 @@ class SqlStore:
                                     raise
                                 reconnected = True
                                 raise _Reconnect() from exc
+                    if self._away:
+                        self._away = False
+                        self.available_since = datetime.now(UTC)
+                    return result
                 except _Reconnect:
                     continue
                 except IntegrityError:
@@ -432,9 +438,11 @@ class SqlStore:
         try:
             yield
         except (OperationalError, InterfaceError) as exc:
+            self._away = True
             raise self._unavailable(action, exc) from exc
         except DBAPIError as exc:
             if exc.connection_invalidated:
+                self._away = True
                 raise self._unavailable(action, exc) from exc
             raise StoreError(f"{action} failed: {_reason(exc)}") from exc
 

@@ -32,6 +32,10 @@ from broker.records import (
 
 
 class RunStore(Protocol):
+    # When this process last saw the store answer again after it had not (None: it
+    # always answered). Leases are not judged on time nobody could renew them in.
+    available_since: datetime | None
+
     # runs and revisions
     def ensure_run(self, run_id: str) -> RunRecord: ...
     def get_run(self, run_id: str) -> RunRecord | None: ...

@@ -49,7 +49,7 @@ def sweep(store: RunStore, lease_seconds: float, *, now: datetime | None = None
     now = now or datetime.now(UTC)
     marked = []
     for attempt in store.list_attempts(statuses=frozenset({AttemptStatus.PENDING})):
-        if not attempt_expired(attempt, lease_seconds, now):
+        if not attempt_expired(attempt, lease_seconds, now, store_since=store.available_since):
             continue
         found = mark_unresolved(store, attempt, by="reconciler",
                                 reason="owner is gone or its lease expired before a commit")
@@ -88,7 +88,7 @@ def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | No
     lost = []
     for rev in store.running_revisions():
         if not lease_expired(rev.owner, rev.heartbeat_at or rev.created_at, lease_seconds,
-                             now):
+                             now, store_since=store.available_since):
             continue
         job = store.job_for_revision(rev.run_id, rev.revision)
         if job is not None and job.status is JobStatus.ACCEPTED:

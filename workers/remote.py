@@ -226,7 +226,8 @@ class RemoteExecutor:
         if mine and attempt is not None and (
                 attempt.status is AttemptStatus.UNRESOLVED
                 or (attempt.status is AttemptStatus.PENDING
-                    and attempt_expired(attempt, self.lease_seconds))):
+                    and attempt_expired(attempt, self.lease_seconds,
+                                        store_since=self.store.available_since))):
             if attempt.status is AttemptStatus.PENDING:
                 self._mark_unresolved(attempt)
             stop = AttemptUnresolved(

@@ -7,10 +7,15 @@ import socket
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from broker.crash_window import ALIVE_GRACE, attempt_expired, mark_unresolved
+from broker.errors import StoreUnavailable
 from broker.identity import Identity
 from broker.owner import current_owner, local_domain
 from broker.records import AttemptStatus
+from broker.sqlstore import SqlStore
+from orchestrator.reconcile import sweep
 
 from .test_store import RUN, claim, run_parallel, slot
 
@@ -47,3 +52,55 @@ def test_a_committed_attempt_is_not_marked(store):
     assert [e for e in store.list_events(RUN) if e.kind == "attempt_unresolved"] == []
     assert store.latest_attempt(RUN, Identity("orchestrate/#0", (0, 3), 0)).status \
         is not AttemptStatus.UNRESOLVED
+
+
+def test_a_lease_is_not_judged_on_time_the_store_was_away(store):
+    """After an outage nobody could renew a lease in, its age counts from the moment the
+    judge's store answered again: a live owner is not declared dead for the outage."""
+    attempt = replace(claim(store).attempt, owner=ELSEWHERE)
+    back = attempt.heartbeat_at + timedelta(seconds=62)  # the store was down 62 s
+    assert attempt_expired(attempt, 30, back + timedelta(seconds=1))
+    assert not attempt_expired(attempt, 30, back + timedelta(seconds=1), store_since=back)
+    assert attempt_expired(attempt, 30, back + timedelta(seconds=31), store_since=back)
+    # an outage before the last beat changes nothing
+    earlier = attempt.heartbeat_at - timedelta(seconds=5)
+    assert attempt_expired(attempt, 30, attempt.heartbeat_at + timedelta(seconds=31),
+                           store_since=earlier)
+
+
+def test_the_sweep_counts_a_lease_from_when_its_store_came_back(store):
+    store.ensure_run(RUN)
+    attempt = claim(store).attempt
+    later = attempt.heartbeat_at + timedelta(seconds=30 * ALIVE_GRACE + 60)
+    store.available_since = later - timedelta(seconds=1)
+    assert sweep(store, 30, now=later) == []
+    store.available_since = None
+    assert [a.id for a in sweep(store, 30, now=later)] == [attempt.id]
+
+
+def test_the_store_says_when_it_answered_again_after_an_outage():
+    """A real PostgreSQL stopped and started again (its own cluster)."""
+    from datetime import UTC, datetime
+
+    from tests.faults.services import PrivatePostgres
+
+    postgres = PrivatePostgres()
+    postgres.start()
+    store = SqlStore.open(postgres.url)
+    try:
+        store.list_runs()
+        assert store.available_since is None  # it always answered
+        postgres.stop()
+        with pytest.raises(StoreUnavailable):
+            store.list_runs()
+        assert store.available_since is None
+        postgres.start()
+        before = datetime.now(UTC)
+        store.list_runs()
+        assert store.available_since is not None and store.available_since >= before
+        seen = store.available_since
+        store.list_runs()
+        assert store.available_since == seen  # only a recovery moves it
+    finally:
+        store.close()
+        postgres.close()
