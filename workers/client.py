@@ -46,6 +46,12 @@ class Client:
                  queue: WorkerSettings | None = None) -> None:
         self.settings = settings or Settings()
         self.app: ReviseCelery = make_app(self.settings, queue or WorkerSettings())
+        # A wait looks at the store between naps on the result backend, and retries: an
+        # outage of Redis costs a nap, not Celery's twenty one-second reconnects in one.
+        self.app.conf.result_backend_transport_options = {
+            **self.app.conf.get("result_backend_transport_options", {}),
+            "retry_policy": {"max_retries": 1, "interval_start": 0.2, "interval_step": 0,
+                             "interval_max": 0.2}}
         self._store: SqlStore | None = None
         self._broker_redis: Any = None
 
@@ -193,7 +199,13 @@ class JobHandle:
                 raise TimeoutError(f"job {self.job_id} (run {self.run_id}) is still "
                                    f"{last_status} after {timeout:.0f} s (as far as could be "
                                    f"told); wait again or check `revise show {self.run_id}`")
-            self._nap(delay)
+            try:
+                self._nap(delay)
+            except QueueUnavailable as exc:
+                if progress is not None and time.monotonic() - said > 5:
+                    progress(f"job {self.job_id} (run {self.run_id}) is {last_status}; "
+                             f"still waiting (on the store alone), because {exc.message}")
+                    said = time.monotonic()
             delay = min(delay * 1.5, 0.25) if delay < 1.0 else 0.25
 
     def _nap(self, seconds: float) -> None:
@@ -207,13 +219,19 @@ class JobHandle:
         from workers.recovery import sandbox_task_id
 
         result = self.client.app.AsyncResult(sandbox_task_id(self.job_id))
+        started = time.monotonic()
         try:
-            result.get(timeout=seconds, propagate=False, disable_sync_subtasks=False)
+            with _transport(self.client, "listening for the end of the job's sandbox task"):
+                try:
+                    result.get(timeout=seconds, propagate=False, disable_sync_subtasks=False)
+                except RuntimeError as exc:  # Celery's 'retry limit exceeded' on reconnect
+                    raise OSError(str(exc.__cause__ or exc)) from exc
             self._told = True  # it ended: from now on the store is all there is to read
         except CeleryTimeout:
             pass
-        except Exception:  # the result backend is away: the store decides, in its time
-            time.sleep(seconds)
+        except QueueUnavailable:  # the store decides, in its time
+            time.sleep(max(0.0, seconds - (time.monotonic() - started)))
+            raise
         finally:
             _stop_listening(result)
 

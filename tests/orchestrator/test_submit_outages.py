@@ -75,3 +75,35 @@ def test_a_wait_ending_while_redis_is_away_prints_no_traceback(tmp_path: Path) -
         redis.close()
     assert child.returncode == 0, stderr
     assert "Traceback" not in stderr and "Retry limit" not in stderr, stderr
+
+
+def test_a_wait_through_a_redis_outage_keeps_its_timeout_and_says_why(tmp_path: Path) -> None:
+    """With Redis gone the wait goes on on the store alone: a progress line names Redis,
+    and the timeout holds (a nap on the result backend used to block about 20 s in
+    Celery's reconnect loop)."""
+    import time
+
+    from broker.settings import Settings
+    from tests.faults.services import PrivateRedis
+    from workers.client import Client, JobHandle
+
+    redis = PrivateRedis(tmp_path / "redis")
+    redis.start()
+    client = Client(Settings(redis_url=redis.url, database_url=f"sqlite:///{tmp_path}/r.db"))
+    try:
+        client.store.ensure_run("run")
+        revision = client.store.add_revision("run", "src", "digest")  # running, no worker
+        handle = JobHandle(client, "job", "run")
+        handle._dispatched = {"job_id": "job", "run_id": "run", "accepted": True,
+                              "revision": revision, "report": None, "error": None}
+        redis.kill()
+        lines: list[str] = []
+        started = time.monotonic()
+        with pytest.raises(TimeoutError, match="still running after 3 s"):
+            handle.wait(timeout=3, progress=lines.append)
+        assert time.monotonic() - started < 8
+    finally:
+        client.close()
+        redis.close()
+    assert lines and "still waiting (on the store alone)" in lines[0], lines
+    assert f"127.0.0.1:{redis.port}" in lines[0] and "listening for the end" in lines[0]
