@@ -9,6 +9,7 @@ what was being done and what to check.
 from __future__ import annotations
 
 import re
+import sys
 from urllib.parse import urlsplit
 
 from broker.errors import QueueUnavailable
@@ -45,12 +46,16 @@ def describe(url: str) -> str:
 
 
 def is_queue_outage(exc: BaseException) -> bool:
-    """A connection failure of Redis as Celery broker, result backend or lease store."""
-    from kombu.exceptions import OperationalError
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeout
+    """A connection failure of Redis as Celery broker, result backend or lease store.
 
-    if isinstance(exc, OperationalError | RedisConnectionError | RedisTimeout):
+    Nothing is imported to tell: an error of kombu or redis can only exist once they are
+    loaded (the CLI asks this of every exit, and importing them took 0.1 s)."""
+    kinds: list[type[BaseException]] = []
+    if (kombu := sys.modules.get("kombu.exceptions")) is not None:
+        kinds.append(kombu.OperationalError)
+    if (redis := sys.modules.get("redis.exceptions")) is not None:
+        kinds += [redis.ConnectionError, redis.TimeoutError]
+    if kinds and isinstance(exc, tuple(kinds)):
         return True
     # Celery's result backend gives up reconnecting with a bare RuntimeError.
     return isinstance(exc, RuntimeError) and "Celery result store" in str(exc)

@@ -82,3 +82,14 @@ def test_a_script_out_of_memory_says_so_with_its_limit(tmp_path: Path) -> None:
     error = json.loads(done.stdout)["error"]
     assert error["type"] == "MemoryError"
     assert error["message"] == "the script ran out of memory (limit 512 MiB)"
+
+
+def test_telling_an_outage_imports_neither_redis_nor_kombu() -> None:
+    """The CLI asks this of every exit; importing the clients to answer took 0.1 s."""
+    probe = ("import sys\nfrom broker.outage import is_queue_outage\n"
+             "assert not is_queue_outage(RuntimeError('exit 1'))\n"
+             "assert not {'redis', 'kombu'} & set(sys.modules), 'imported'\n"
+             "import redis\nassert is_queue_outage(redis.ConnectionError('down'))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert done.returncode == 0, done.stderr
