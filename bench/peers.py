@@ -16,7 +16,9 @@ a shared machine falls on all of them alike):
 * the fanout repair at N = 4, 8, 16, 32: branch 1 fails, the repaired code recovers
   the run with each system's own mechanism; provider dispatch attempts over the
   failed run and the recovery (Revise: call-level replay; Temporal: reset to the
-  workflow task before the fanout; DBOS: fork at the failed step).
+  workflow task before the fanout; DBOS: fork at the failed step);
+* Revise's tools: the checker's p50 over ``ast.parse``'s on the same scripts, and
+  ``revise --help`` (``peers/tools.py``).
 
 Temporal runs its CLI's dev server on free ports on 127.0.0.1 (started and stopped
 here); DBOS uses a SQLite system database. A benchmark, not a test: the targets of
@@ -42,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from peers.revise import ReviseCelery, ReviseEmbedded, redis_url  # noqa: E402
+from peers.tools import checker_ratio, help_ms  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 EXTRA = "pip install -e '.[peers]'"
@@ -182,7 +185,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def print_tables(figures: dict[str, dict[str, float]], paid: dict[int, dict[str, int]],
-                 sizes: Sizes) -> None:
+                 sizes: Sizes, tools: dict[str, float]) -> None:
     columns = [c for c in (TEMPORAL, DBOS, EMBEDDED, CELERY, CELERY_1, CELERY_2)
                if any(c in cols for cols in figures.values())]
     print("| work | " + " | ".join(columns) + " |")
@@ -204,7 +207,7 @@ def print_tables(figures: dict[str, dict[str, float]], paid: dict[int, dict[str,
                 dbos = _ratio(cols[mine], cols.get(DBOS))
                 print(f"  {row:<10} {mine:<32} vs Temporal {temporal:>8}   vs DBOS {dbos:>8}")
     print()
-    _targets(figures)
+    _targets(figures, tools)
     if paid:
         print()
         names = list(next(iter(paid.values())))
@@ -216,7 +219,7 @@ def print_tables(figures: dict[str, dict[str, float]], paid: dict[int, dict[str,
                   + f" | {2 * n} |")
 
 
-def _targets(figures: dict[str, dict[str, float]]) -> None:
+def _targets(figures: dict[str, dict[str, float]], tools: dict[str, float]) -> None:
     jobs, replay, seq = (figures.get(r, {}) for r in (JOBS, REPLAY, SEQ))
     checks = [
         ("queue calls/s >= Temporal's", jobs.get(CELERY_1), jobs.get(TEMPORAL), ">=", 1.0),
@@ -226,6 +229,7 @@ def _targets(figures: dict[str, dict[str, float]]) -> None:
         ("replay through Celery <= 2x embedded", replay.get(CELERY), replay.get(EMBEDDED),
          "<=", 2.0),
         ("sequential embedded <= 1.5x DBOS's", seq.get(EMBEDDED), seq.get(DBOS), "<=", 1.5),
+        ("checker p50 <= 5x ast.parse", tools.get("checker"), 1.0, "<=", 5.0),
     ]
     print("Issue 13 targets")
     for name, mine, theirs, op, factor in checks:
@@ -235,6 +239,9 @@ def _targets(figures: dict[str, dict[str, float]]) -> None:
         ratio = mine / theirs
         met = ratio >= factor if op == ">=" else ratio <= factor
         print(f"  {name:<40} {ratio:6.2f}x  {'met' if met else 'NOT met'}")
+    if "help_ms" in tools:
+        ms = tools["help_ms"]
+        print(f"  {'revise --help <= 200 ms':<40} {ms:5.0f} ms {'met' if ms <= 200 else 'NOT met'}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -260,7 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         systems = _open_peers(stack, Path(tmp), wanted, opts)
         figures = measure(systems, sizes)
         paid = repairs(systems, sizes)
-    print_tables(figures, paid, sizes)
+    tools = {"checker": checker_ratio(samples=sizes.repeats * 10),
+             "help_ms": help_ms(samples=sizes.repeats * 3)} if "revise" in wanted else {}
+    print_tables(figures, paid, sizes, tools)
     return 0
 
 

@@ -4,6 +4,7 @@ the Temporal and DBOS columns need the ``peers`` extra and are left to the bench
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,5 @@ def test_quick_run_of_revise_prints_every_figure(postgres_url: str, redis_url: s
         assert any(c not in ("-", "") for c in cells), line
     assert "Revise Celery, 2 broker workers" in out
     assert "| N = 4 | 5 | 8 |" in out  # call-level replay: N + 1 paid, a full rerun 2N
+    assert re.search(r"checker p50 <= 5x ast.parse +\d+\.\d\dx", out), out
+    assert re.search(r"revise --help <= 200 ms +\d+ ms", out), out

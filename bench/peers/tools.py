@@ -1,0 +1,47 @@
+"""Issue 13's tool targets, measured in the same run as the peers: the checker's p50
+against ``ast.parse`` of the same scripts, and the wall time of ``revise --help``."""
+
+from __future__ import annotations
+
+import ast
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = [*sorted((ROOT / "tests" / "fixtures" / "scripts").glob("*.py")),
+          *sorted((ROOT / "orchestrator" / "demo").glob("*.script"))]
+
+
+def checker_ratio(samples: int) -> float:
+    """p50 of the checker over p50 of ``ast.parse``, over the fixture and demo scripts."""
+    from orchestrator.checker import check
+
+    texts = [p.read_text(encoding="utf-8") for p in CORPUS]
+    checked, parsed = [], []
+    for text in texts:
+        for _ in range(samples):
+            started = time.perf_counter()
+            check(text)
+            checked.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            ast.parse(text)
+            parsed.append(time.perf_counter() - started)
+    return statistics.median(checked) / statistics.median(parsed)
+
+
+def help_ms(samples: int) -> float:
+    """Median wall time of the installed ``revise --help`` (the console script next to this
+    interpreter; ``python -m orchestrator.cli`` where it is not installed)."""
+    script = Path(sys.executable).with_name("revise")
+    command = [str(script)] if script.exists() else [sys.executable, "-m",
+                                                     "orchestrator.cli"]
+    times = []
+    for _ in range(samples):
+        started = time.perf_counter()
+        subprocess.run([*command, "--help"], check=True, stdout=subprocess.DEVNULL,
+                       cwd=ROOT)
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
