@@ -28,7 +28,7 @@ from broker.errors import (
     error_from_json,
 )
 from broker.names import validate_name
-from broker.outage import queue_unavailable
+from broker.outage import is_queue_outage, queue_unavailable
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
@@ -225,6 +225,8 @@ class JobHandle:
                 try:
                     result.get(timeout=seconds, propagate=False, disable_sync_subtasks=False)
                 except RuntimeError as exc:  # Celery's 'retry limit exceeded' on reconnect
+                    if not is_queue_outage(exc):
+                        raise
                     raise OSError(str(exc.__cause__ or exc)) from exc
             self._told = True  # it ended: from now on the store is all there is to read
         except CeleryTimeout:
