@@ -77,6 +77,16 @@ def capability_task_id(job_id: str, requests: Sequence[CallRequest]) -> str:
     return f"{job_id}/wave/{requests[0].identity}+{len(requests) - 1}/{names}"
 
 
+def wave_summary(requests: Sequence[CallRequest]) -> str:
+    """What Flower shows as a capability task's arguments: the run and its calls, not a
+    truncated repr of every payload (building that repr was a tenth of a send)."""
+    first = requests[0]
+    shown = ", ".join(f"{r.capability} at {r.identity}" for r in requests[:4])
+    more = f" and {len(requests) - 4} more" if len(requests) > 4 else ""
+    count = "1 call" if len(requests) == 1 else f"{len(requests)} calls"
+    return f"run {first.run_id} revision {first.revision}, {count}: {shown}{more}"
+
+
 class RemoteExecutor:
     def __init__(self, *, app: Celery, routing: Routing, envelope: Envelope, job_id: str,
                  wait_seconds: float, delivery: int = 1, store: RunStore | None = None,
@@ -117,7 +127,7 @@ class RemoteExecutor:
             CAPABILITY_TASK, args=[[r.to_wire() for r in requests], self._envelope_wire,
                                    self.delivery],
             task_id=capability_task_id(self.job_id, requests),
-            queue=self.routing.queue("capabilities"))
+            queue=self.routing.queue("capabilities"), argsrepr=wave_summary(requests))
 
     def _execute(self, requests: list[CallRequest]) -> list[CallReport]:
         started = time.perf_counter()

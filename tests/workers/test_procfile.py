@@ -183,3 +183,5 @@ def test_flower_task_states_follow_the_runs(make_stack) -> None:
     calls = [t for i, t in tasks.items() if i.startswith(f"{failed_id}/wave/")]
     assert [t["state"] for t in calls] == ["FAILURE"]
     assert "CallFailed" in calls[0]["exception"] and "CapabilityError" in calls[0]["exception"]
+    assert calls[0]["args"].startswith("run run-truth revision 1, 4 calls: image.generate at "
+                                       "orchestrate/"), calls[0]["args"]
