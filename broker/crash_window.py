@@ -64,12 +64,10 @@ def mark_unresolved(store: RunStore, attempt: AttemptRecord, *, by: str, reason:
     """Mark a pending attempt unresolved and say so in the run's events; None when it is
     no longer pending (committed meanwhile, or another finder marked it first)."""
     try:
-        marked = store.resolve_attempt(attempt.id, AttemptStatus.UNRESOLVED, operator=by,
-                                       reason=reason)
+        return store.resolve_attempt(
+            attempt.id, AttemptStatus.UNRESOLVED, operator=by, reason=reason,
+            event_of=lambda marked: ("attempt_unresolved", f"attempt #{marked.number} at "
+                                     f"{marked.identity} never committed; an operator "
+                                     "must reconcile it", {"attempt_id": marked.id}))
     except StoreError:
         return None
-    store.add_event(marked.run_id, "attempt_unresolved",
-                    f"attempt #{marked.number} at {marked.identity} never committed; an "
-                    "operator must reconcile it", identity=marked.identity,
-                    revision=marked.revision, data={"attempt_id": marked.id})
-    return marked

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -66,6 +67,11 @@ class AttemptRecord:
     heartbeat_at: datetime
     idempotency_key: str | None = None
     error: dict[str, Any] | None = None
+
+
+# The event written with a decision on an attempt, in the decision's transaction:
+# (kind, message, data) from the decided record.
+AttemptEvent = Callable[[AttemptRecord], tuple[str, str, dict[str, Any]]]
 
 
 @dataclass(frozen=True)

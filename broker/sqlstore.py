@@ -56,6 +56,7 @@ from broker.outage import describe, where
 from broker.owner import current_owner
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
+    AttemptEvent,
     AttemptRecord,
     AttemptStatus,
     Begin,
@@ -316,7 +317,8 @@ def _insert_attempt_txn(conn: Connection, run_id: str, identity: Identity, capab
 
 
 def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus, operator: str,
-                        reason: str, slot: SlotRecord | None) -> AttemptRecord:
+                        reason: str, slot: SlotRecord | None,
+                        event_of: AttemptEvent | None = None) -> AttemptRecord:
     if status not in (AttemptStatus.ABANDONED, AttemptStatus.RESOLVED,
                       AttemptStatus.UNRESOLVED):
         raise StoreError(f"an attempt is resolved as abandoned, resolved or unresolved, "
@@ -347,6 +349,11 @@ def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus
         stored = commit_slot_txn(conn, slot, None)
         if not stored.same_call(slot.capability, slot.digest):
             raise SlotConflict(_conflict_text(stored), identity=slot.identity)
+    if event_of is not None:
+        kind, message, data = event_of(record)
+        conn.execute(insert(events).values(
+            run_id=record.run_id, revision=record.revision, identity=str(record.identity),
+            kind=kind, message=message, data=data, created_at=models.utcnow()))
     return record
 
 
@@ -748,9 +755,11 @@ class SqlStore:
         return sorted((attempt_record(r) for r in rows), key=lambda a: a.id)
 
     def resolve_attempt(self, attempt_id: int, status: AttemptStatus, *, operator: str,
-                        reason: str, slot: SlotRecord | None = None) -> AttemptRecord:
+                        reason: str, slot: SlotRecord | None = None,
+                        event_of: AttemptEvent | None = None) -> AttemptRecord:
+        """``event_of(decided)`` gives the event written in the same transaction."""
         return self._run("resolving an attempt", lambda c: resolve_attempt_txn(
-            c, attempt_id, AttemptStatus(status), operator, reason, slot))
+            c, attempt_id, AttemptStatus(status), operator, reason, slot, event_of))
 
     # -- audit --
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from broker.identity import Identity
 from broker.records import (
+    AttemptEvent,
     AttemptRecord,
     AttemptStatus,
     Begin,
@@ -98,7 +99,8 @@ class RunStore(Protocol):
     def latest_attempt(self, run_id: str, identity: Identity) -> AttemptRecord | None: ...
     def mark_unresolved(self, stale_before: datetime) -> list[AttemptRecord]: ...
     def resolve_attempt(self, attempt_id: int, status: AttemptStatus, *, operator: str,
-                        reason: str, slot: SlotRecord | None = None) -> AttemptRecord: ...
+                        reason: str, slot: SlotRecord | None = None,
+                        event_of: AttemptEvent | None = None) -> AttemptRecord: ...
 
     # audit
     def save_certificate(self, run_id: str, revision: int, digest: str,

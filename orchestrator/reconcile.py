@@ -219,10 +219,17 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
                          "(both are recorded)")
     ident = identity if isinstance(identity, Identity) else Identity.parse(identity)
     attempt = _open_attempt(store, run_id, ident)
+
+    def event_of(decided: AttemptRecord) -> tuple[str, str, dict[str, Any]]:
+        decision = decided.status.value
+        return ("attempt_reconciled",
+                f"{operator} {decision} attempt #{decided.number} at {ident}: {reason}",
+                {"operator": operator, "reason": reason, "decision": decision,
+                 "attempt_id": attempt.id, "at": datetime.now(UTC).isoformat()})
+
     if result is _UNSET:
         decided = store.resolve_attempt(attempt.id, AttemptStatus.ABANDONED,
-                                        operator=operator, reason=reason)
-        decision = "abandoned"
+                                        operator=operator, reason=reason, event_of=event_of)
     else:
         if artifacts is not None:
             check_write_back(attempt.capability, result, artifacts, imports)
@@ -232,20 +239,14 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
                           result=result, usage={"reconciled": True}, cost=price,
                           revision=attempt.revision)
         decided = store.resolve_attempt(attempt.id, AttemptStatus.RESOLVED, operator=operator,
-                                        reason=reason, slot=slot)
+                                        reason=reason, slot=slot, event_of=event_of)
         certificate = build_certificate(store.list_slots(run_id))
         store.save_certificate(run_id, attempt.revision, certificate.digest,
                                list(certificate.entries))
-        decision = "resolved"
-    store.add_event(run_id, "attempt_reconciled",
-                    f"{operator} {decision} attempt #{decided.number} at {ident}: {reason}",
-                    identity=ident, revision=attempt.revision,
-                    data={"operator": operator, "reason": reason, "decision": decision,
-                          "attempt_id": attempt.id, "at": datetime.now(UTC).isoformat()})
     remaining = store.list_attempts(run_id, frozenset(OPEN_ATTEMPT_STATUSES))
     if not remaining:
         store.set_run_status(run_id, RunStatus.STOPPED,
                              "reconciled; run the script again on this run id to continue")
-    return {"run_id": run_id, "identity": str(ident), "decision": decision,
+    return {"run_id": run_id, "identity": str(ident), "decision": decided.status.value,
             "attempt_id": attempt.id, "operator": operator, "reason": reason,
             "open_attempts_left": len(remaining)}

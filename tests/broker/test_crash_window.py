@@ -104,3 +104,21 @@ def test_the_store_says_when_it_answered_again_after_an_outage():
     finally:
         store.close()
         postgres.close()
+
+
+def test_the_mark_and_its_event_are_one_transaction(store):
+    """Nobody reads an unresolved attempt without its event: when writing the event
+    fails, the attempt stays pending."""
+    attempt = claim(store).attempt
+
+    def broken(_):
+        raise RuntimeError("the event could not be written")
+
+    with pytest.raises(RuntimeError):
+        store.resolve_attempt(attempt.id, AttemptStatus.UNRESOLVED, operator="finder",
+                              reason="gone", event_of=broken)
+    assert store.latest_attempt(RUN, attempt.identity).status is AttemptStatus.PENDING
+    marked = mark_unresolved(store, attempt, by="finder", reason="gone")
+    assert marked is not None
+    [event] = [e for e in store.list_events(RUN) if e.kind == "attempt_unresolved"]
+    assert event.identity == str(attempt.identity) and event.revision == attempt.revision
