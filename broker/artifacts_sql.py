@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Engine, Table, select
+from sqlalchemy import Engine, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
-from broker import models
 from broker.artifacts import (
     CHUNK_BYTES,
     DEFAULT_MAX_BYTES,
@@ -32,9 +31,8 @@ from broker.artifacts import (
     verified,
 )
 from broker.errors import StoreError, StoreUnavailable
-
-artifacts = cast(Table, models.Artifact.__table__)
-chunks = cast(Table, models.ArtifactChunk.__table__)
+from broker.models import artifact_chunks as chunks
+from broker.models import artifacts
 
 
 class SqlArtifactStore:

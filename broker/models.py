@@ -10,7 +10,7 @@ Constraint names come from the naming convention so that the migration in
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     JSON,
@@ -24,6 +24,7 @@ from sqlalchemy import (
     LargeBinary,
     MetaData,
     String,
+    Table,
     Text,
     TypeDecorator,
     UniqueConstraint,
@@ -265,6 +266,21 @@ class Event(Base):
     message: Mapped[str] = mapped_column(Text)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+# ---- the tables, for Core statements (the store's transactions) ---------------------------------
+
+runs = cast(Table, Run.__table__)
+revisions = cast(Table, Revision.__table__)
+jobs = cast(Table, Job.__table__)
+blobs = cast(Table, Blob.__table__)
+artifacts = cast(Table, Artifact.__table__)
+artifact_chunks = cast(Table, ArtifactChunk.__table__)
+slots = cast(Table, Slot.__table__)
+attempts = cast(Table, Attempt.__table__)
+certificates = cast(Table, Certificate.__table__)
+orphans = cast(Table, Orphan.__table__)
+events = cast(Table, Event.__table__)
 
 
 # ---- rows -> records (the edge) ---------------------------------------------------------------

@@ -6,19 +6,32 @@ status and reads the committed prefix; the gate decides on that prefix inside th
 transaction, so a refused start writes nothing. Ending it writes everything the
 revision's report says at once: certificate, orphans, events, the revision's status and
 summary, the run's status and the job's end. Between them only calls are decided and
-committed.
+committed. The certificate and event rows are written here for the rest of the store too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast
+from datetime import datetime
+from typing import Any
 
-from sqlalchemy import Connection, Table, insert, select, update
+from sqlalchemy import Connection, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from broker import models
-from broker.models import attempt_record, slot_record
+from broker.identity import Identity
+from broker.models import (
+    attempt_record,
+    attempts,
+    certificates,
+    events,
+    jobs,
+    orphans,
+    revisions,
+    runs,
+    slot_record,
+    slots,
+)
 from broker.records import (
     AttemptRecord,
     JobStatus,
@@ -26,15 +39,6 @@ from broker.records import (
     RunStatus,
     SlotRecord,
 )
-
-runs = cast(Table, models.Run.__table__)
-revisions = cast(Table, models.Revision.__table__)
-slots = cast(Table, models.Slot.__table__)
-attempts = cast(Table, models.Attempt.__table__)
-certificates = cast(Table, models.Certificate.__table__)
-orphans = cast(Table, models.Orphan.__table__)
-events = cast(Table, models.Event.__table__)
-jobs = cast(Table, models.Job.__table__)
 
 
 def slots_txn(conn: Connection, run_id: str) -> list[SlotRecord]:
@@ -66,9 +70,7 @@ def start_revision_txn(conn: Connection, run_id: str, revision: int, *, owner: s
             .values(status=JobStatus.STARTED.value, updated_at=now))
     conn.execute(update(runs).where(runs.c.run_id == run_id).values(
         status=RunStatus.RUNNING.value, detail=None, updated_at=now))
-    conn.execute(insert(events).values(run_id=run_id, revision=revision, identity=None,
-                                       kind="sandbox_start", message=event, data=None,
-                                       created_at=now))
+    add_event_txn(conn, run_id, "sandbox_start", event, revision=revision, at=now)
     return prefix, True
 
 
@@ -84,20 +86,16 @@ def revision_facts_txn(conn: Connection, run_id: str, revision: int
 def end_revision_txn(conn: Connection, end: RevisionEnd) -> None:
     now = models.utcnow()
     dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    cert = dialect.insert(certificates).values(
-        run_id=end.run_id, revision=end.revision, digest=end.certificate_digest,
-        entries=list(end.certificate_entries), created_at=now)
-    conn.execute(cert.on_conflict_do_update(
-        index_elements=["run_id", "revision"],
-        set_={"digest": cert.excluded.digest, "entries": cert.excluded.entries,
-              "created_at": cert.excluded.created_at}))
+    save_certificate_txn(conn, end.run_id, end.revision, end.certificate_digest,
+                         list(end.certificate_entries), now)
     if end.orphans:
         conn.execute(dialect.insert(orphans).values([
             {"run_id": end.run_id, "revision": end.revision, "identity": str(i),
              "policy": end.orphan_policy, "created_at": now} for i in end.orphans])
             .on_conflict_do_nothing(index_elements=["run_id", "revision", "identity"]))
-    conn.execute(insert(events), [_event(end, kind, message, data, now)
-                                  for kind, message, data in end.events])
+    conn.execute(insert(events), [
+        event_row(end.run_id, kind, message, revision=end.revision, data=data, at=now)
+        for kind, message, data in end.events])
     conn.execute(update(revisions).where(
         revisions.c.run_id == end.run_id, revisions.c.revision == end.revision)
         .values(status=end.status, summary=end.summary))
@@ -108,7 +106,28 @@ def end_revision_txn(conn: Connection, end: RevisionEnd) -> None:
             status=JobStatus.FINISHED.value, updated_at=now))
 
 
-def _event(end: RevisionEnd, kind: str, message: str, data: dict[str, Any] | None,
-           now: Any) -> dict[str, Any]:
-    return {"run_id": end.run_id, "revision": end.revision, "identity": None, "kind": kind,
-            "message": message, "data": data, "created_at": now}
+def save_certificate_txn(conn: Connection, run_id: str, revision: int, digest: str,
+                         entries: list[dict[str, Any]], at: datetime) -> None:
+    """The revision's certificate, replacing one saved before for that revision."""
+    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+    cert = dialect.insert(certificates).values(
+        run_id=run_id, revision=revision, digest=digest, entries=entries, created_at=at)
+    conn.execute(cert.on_conflict_do_update(
+        index_elements=["run_id", "revision"],
+        set_={"digest": cert.excluded.digest, "entries": cert.excluded.entries,
+              "created_at": cert.excluded.created_at}))
+
+
+def event_row(run_id: str, kind: str, message: str, *, revision: int | None = None,
+              identity: Identity | None = None, data: dict[str, Any] | None = None,
+              at: datetime | None = None) -> dict[str, Any]:
+    return {"run_id": run_id, "revision": revision,
+            "identity": None if identity is None else str(identity), "kind": kind,
+            "message": message, "data": data, "created_at": at or models.utcnow()}
+
+
+def add_event_txn(conn: Connection, run_id: str, kind: str, message: str, *,
+                  revision: int | None = None, identity: Identity | None = None,
+                  data: dict[str, Any] | None = None, at: datetime | None = None) -> None:
+    conn.execute(insert(events), event_row(run_id, kind, message, revision=revision,
+                                           identity=identity, data=data, at=at))

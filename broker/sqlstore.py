@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
@@ -46,10 +46,19 @@ from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import (
     attempt_record,
+    attempts,
+    blobs,
+    certificates,
+    events,
     job_record,
+    jobs,
+    orphans,
     revision_record,
+    revisions,
     run_record,
+    runs,
     slot_record,
+    slots,
 )
 from broker.names import validate_name
 from broker.outage import describe, where
@@ -73,23 +82,16 @@ from broker.records import (
     SlotRecord,
 )
 from broker.revision_txns import (
+    add_event_txn,
     end_revision_txn,
     revision_facts_txn,
+    save_certificate_txn,
     slots_txn,
     start_revision_txn,
 )
 
 T = TypeVar("T")
 
-runs = cast(Table, models.Run.__table__)
-revisions = cast(Table, models.Revision.__table__)
-slots = cast(Table, models.Slot.__table__)
-attempts = cast(Table, models.Attempt.__table__)
-certificates = cast(Table, models.Certificate.__table__)
-orphans = cast(Table, models.Orphan.__table__)
-events = cast(Table, models.Event.__table__)
-blobs = cast(Table, models.Blob.__table__)
-jobs = cast(Table, models.Job.__table__)
 
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
 _COMMITTED = {AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
@@ -351,9 +353,8 @@ def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus
             raise SlotConflict(_conflict_text(stored), identity=slot.identity)
     if event_of is not None:
         kind, message, data = event_of(record)
-        conn.execute(insert(events).values(
-            run_id=record.run_id, revision=record.revision, identity=str(record.identity),
-            kind=kind, message=message, data=data, created_at=models.utcnow()))
+        add_event_txn(conn, record.run_id, kind, message, revision=record.revision,
+                      identity=record.identity, data=data)
     return record
 
 
@@ -513,10 +514,9 @@ class SqlStore:
             if job is not None:
                 job_id, message = job(number)
                 accept_job_txn(conn, job_id, run_id, number, message)
-                conn.execute(insert(events).values(
-                    run_id=run_id, revision=number, identity=None, kind="queued",
-                    message=f"revision {number} queued for a sandbox worker",
-                    data={"job_id": job_id}, created_at=models.utcnow()))
+                add_event_txn(conn, run_id, "queued",
+                              f"revision {number} queued for a sandbox worker",
+                              revision=number, data={"job_id": job_id})
             return number
 
         return self._run("adding a revision", txn, race_retries=50)
@@ -765,16 +765,8 @@ class SqlStore:
 
     def save_certificate(self, run_id: str, revision: int, digest: str,
                          entries: list[dict[str, Any]]) -> None:
-        def txn(conn: Connection) -> None:
-            stmt = _upsert(conn, certificates).values(
-                run_id=run_id, revision=revision, digest=digest, entries=entries,
-                created_at=models.utcnow())
-            conn.execute(stmt.on_conflict_do_update(
-                index_elements=["run_id", "revision"],
-                set_={"digest": stmt.excluded.digest, "entries": stmt.excluded.entries,
-                      "created_at": stmt.excluded.created_at}))
-
-        self._run("saving a certificate", txn)
+        self._run("saving a certificate", lambda c: save_certificate_txn(
+            c, run_id, revision, digest, entries, models.utcnow()))
 
     def latest_certificate(self, run_id: str) -> CertificateRecord | None:
         row = self._run("reading a certificate", lambda c: c.execute(
@@ -806,9 +798,8 @@ class SqlStore:
     def add_event(self, run_id: str, kind: str, message: str, *, revision: int | None = None,
                   identity: Identity | None = None, data: dict[str, Any] | None = None
                   ) -> None:
-        self._run("adding an event", lambda c: c.execute(insert(events).values(
-            run_id=run_id, revision=revision, identity=None if identity is None else str(identity),
-            kind=kind, message=message, data=data, created_at=models.utcnow())))
+        self._run("adding an event", lambda c: add_event_txn(
+            c, run_id, kind, message, revision=revision, identity=identity, data=data))
 
     def list_events(self, run_id: str) -> list[EventRecord]:
         rows = self._run("listing events", lambda c: c.execute(

@@ -9,20 +9,14 @@ dialect (ON CONFLICT, FOR UPDATE) are built once per dialect.
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy import Table, bindparam, case, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from broker import models
 from broker.identity import Identity
+from broker.models import attempts, blobs, revisions, runs, slots
 from broker.records import OPEN_ATTEMPT_STATUSES, AttemptStatus
-
-runs = cast(Table, models.Run.__table__)
-revisions = cast(Table, models.Revision.__table__)
-slots = cast(Table, models.Slot.__table__)
-attempts = cast(Table, models.Attempt.__table__)
-blobs = cast(Table, models.Blob.__table__)
 
 SLOT_KEY = ["run_id", "site", "path", "occurrence"]
 OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
