@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Engine, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from broker.artifacts import (
@@ -33,6 +32,7 @@ from broker.artifacts import (
 from broker.errors import StoreError, StoreUnavailable
 from broker.models import artifact_chunks as chunks
 from broker.models import artifacts
+from broker.statements import upsert
 
 
 class SqlArtifactStore:
@@ -55,8 +55,7 @@ class SqlArtifactStore:
         parts = [data[i:i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
         try:
             with self.engine.begin() as conn:
-                insert = (postgresql if conn.dialect.name == "postgresql" else sqlite).insert
-                added = conn.execute(insert(artifacts).values(
+                added = conn.execute(upsert(conn, artifacts).values(
                     id=ref.id, media_type=media_type, size=len(data), chunks=len(parts),
                     created_at=datetime.now(UTC)).on_conflict_do_nothing(index_elements=["id"])
                     .returning(artifacts.c.id)).first()

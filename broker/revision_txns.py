@@ -11,14 +11,14 @@ committed. The certificate and event rows are written here for the rest of the s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from broker import models
+from broker import statements as sql
 from broker.identity import Identity
 from broker.models import (
     attempt_record,
@@ -85,14 +85,9 @@ def revision_facts_txn(conn: Connection, run_id: str, revision: int
 
 def end_revision_txn(conn: Connection, end: RevisionEnd) -> None:
     now = models.utcnow()
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
     save_certificate_txn(conn, end.run_id, end.revision, end.certificate_digest,
                          list(end.certificate_entries), now)
-    if end.orphans:
-        conn.execute(dialect.insert(orphans).values([
-            {"run_id": end.run_id, "revision": end.revision, "identity": str(i),
-             "policy": end.orphan_policy, "created_at": now} for i in end.orphans])
-            .on_conflict_do_nothing(index_elements=["run_id", "revision", "identity"]))
+    save_orphans_txn(conn, end.run_id, end.revision, end.orphans, end.orphan_policy, now)
     conn.execute(insert(events), [
         event_row(end.run_id, kind, message, revision=end.revision, data=data, at=now)
         for kind, message, data in end.events])
@@ -109,13 +104,23 @@ def end_revision_txn(conn: Connection, end: RevisionEnd) -> None:
 def save_certificate_txn(conn: Connection, run_id: str, revision: int, digest: str,
                          entries: list[dict[str, Any]], at: datetime) -> None:
     """The revision's certificate, replacing one saved before for that revision."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    cert = dialect.insert(certificates).values(
+    cert = sql.upsert(conn, certificates).values(
         run_id=run_id, revision=revision, digest=digest, entries=entries, created_at=at)
     conn.execute(cert.on_conflict_do_update(
         index_elements=["run_id", "revision"],
         set_={"digest": cert.excluded.digest, "entries": cert.excluded.entries,
               "created_at": cert.excluded.created_at}))
+
+
+def save_orphans_txn(conn: Connection, run_id: str, revision: int,
+                     identities: Sequence[Identity], policy: str, at: datetime) -> None:
+    """The frozen identities a revision did not reach (once each)."""
+    if not identities:
+        return
+    conn.execute(sql.upsert(conn, orphans).values([
+        {"run_id": run_id, "revision": revision, "identity": str(i), "policy": str(policy),
+         "created_at": at} for i in identities])
+        .on_conflict_do_nothing(index_elements=["run_id", "revision", "identity"]))
 
 
 def event_row(run_id: str, kind: str, message: str, *, revision: int | None = None,

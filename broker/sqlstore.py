@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Connection,
     Engine,
-    Table,
     create_engine,
     event,
     func,
@@ -29,7 +28,6 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import (
     DBAPIError,
@@ -86,6 +84,7 @@ from broker.revision_txns import (
     end_revision_txn,
     revision_facts_txn,
     save_certificate_txn,
+    save_orphans_txn,
     slots_txn,
     start_revision_txn,
 )
@@ -100,15 +99,6 @@ _TRANSIENT = {"40001", "40P01"}  # serialization failure, deadlock detected
 _TRANSIENT_RETRIES = 3
 
 
-# ---- statements --------------------------------------------------------------------------
-
-
-def _upsert(conn: Connection, table: Table) -> Any:
-    """The dialect's INSERT, which knows ON CONFLICT."""
-    dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-    return dialect.insert(table)
-
-
 # ---- writers inside the caller's transaction ------------------------------------------------
 
 
@@ -117,7 +107,7 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     # run is ever created under a name that could escape the runs directory.
     validate_name("run id", run_id)
     now = models.utcnow()
-    conn.execute(_upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
+    conn.execute(sql.upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
                                             revisions=0, created_at=now, updated_at=now)
                  .on_conflict_do_nothing(index_elements=["run_id"]))
     return run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
@@ -160,7 +150,7 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
 def accept_job_txn(conn: Connection, job_id: str, run_id: str, revision: int,
                    message: dict[str, Any]) -> JobRecord:
     now = models.utcnow()
-    conn.execute(_upsert(conn, jobs).values(
+    conn.execute(sql.upsert(conn, jobs).values(
         job_id=job_id, run_id=run_id, revision=revision, status=JobStatus.ACCEPTED.value,
         message=message, requeues=0, created_at=now, updated_at=now).on_conflict_do_nothing(
             index_elements=["job_id"]))
@@ -779,14 +769,9 @@ class SqlStore:
 
     def save_orphans(self, run_id: str, revision: int, identities: list[Identity],
                      policy: str) -> None:
-        if not identities:
-            return
-        now = models.utcnow()
-        values = [{"run_id": run_id, "revision": revision, "identity": str(i),
-                   "policy": str(policy), "created_at": now} for i in identities]
-        self._run("saving orphans", lambda c: c.execute(
-            _upsert(c, orphans).values(values).on_conflict_do_nothing(
-                index_elements=["run_id", "revision", "identity"])))
+        if identities:
+            self._run("saving orphans", lambda c: save_orphans_txn(
+                c, run_id, revision, identities, policy, models.utcnow()))
 
     def list_orphans(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._run("listing orphans", lambda c: c.execute(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Table, bindparam, case, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, case, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from broker.identity import Identity
@@ -61,6 +61,11 @@ HEARTBEAT = (update(attempts)
 
 def _dialect(name: str) -> Any:
     return postgresql if name == "postgresql" else sqlite
+
+
+def upsert(conn: Connection, table: Table) -> Any:
+    """The connection's dialect's INSERT, which knows ON CONFLICT."""
+    return _dialect(conn.dialect.name).insert(table)
 
 
 @cache
