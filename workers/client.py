@@ -178,8 +178,14 @@ class JobHandle:
         ``timeout`` seconds (the job keeps running). An outage of the store or Redis is
         waited out: ``progress`` hears what the wait is for, about every 5 s."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        delay = 0.01
-        said, last_status = 0.0, "queued"
+        delay, said, last_status = 0.01, 0.0, "queued"
+
+        def tell(why: str) -> None:  # at most every 5 s
+            nonlocal said
+            if progress is not None and time.monotonic() - said > 5:
+                progress(f"job {self.job_id} (run {self.run_id}) {why}")
+                said = time.monotonic()
+
         while True:
             try:
                 if self.done():
@@ -190,10 +196,7 @@ class JobHandle:
             except TRANSIENT as exc:
                 if self._dispatched is not None and self._dispatched.get("error"):
                     raise  # the dispatcher's final answer, not an outage seen from here
-                if progress is not None and time.monotonic() - said > 5:
-                    progress(f"job {self.job_id} (run {self.run_id}) was {last_status}; "
-                             f"still waiting, because {exc.message}")
-                    said = time.monotonic()
+                tell(f"was {last_status}; still waiting, because {exc.message}")
                 delay = 1.0
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {self.job_id} (run {self.run_id}) is still "
@@ -202,10 +205,8 @@ class JobHandle:
             try:
                 self._nap(delay)
             except QueueUnavailable as exc:
-                if progress is not None and time.monotonic() - said > 5:
-                    progress(f"job {self.job_id} (run {self.run_id}) is {last_status}; "
-                             f"still waiting (on the store alone), because {exc.message}")
-                    said = time.monotonic()
+                tell(f"is {last_status}; still waiting (on the store alone), because "
+                     f"{exc.message}")
             delay = min(delay * 1.5, 0.25) if delay < 1.0 else 0.25
 
     def _nap(self, seconds: float) -> None:
