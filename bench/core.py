@@ -13,22 +13,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from peers.tools import CORPUS, checker_samples  # bench/ is on the path of a bench
+
 from broker.envelope import Envelope
 from broker.identity import Identity
 from broker.records import SlotRecord
 from broker.settings import SandboxKind, Settings
 from broker.sqlstore import SqlStore
 from orchestrator.certificate import build_certificate, verify
-from orchestrator.checker import check
 from orchestrator.embedded import open_services
 from orchestrator.gate import check_gate, frozen_sites
 from orchestrator.sites import assign_sites
 from sandbox.runner import ProcessRunner
-
-ROOT = Path(__file__).resolve().parent.parent
-CORPUS = [*sorted((ROOT / "tests" / "fixtures" / "scripts").glob("*.py")),
-          *sorted((ROOT / "tests" / "fixtures" / "checker" / "valid").glob("*.txt")),
-          *sorted((ROOT / "orchestrator" / "demo").glob("*.script"))]
 
 
 def _timed(fn, samples: int) -> list[float]:
@@ -46,12 +42,8 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def bench_checker(samples: int) -> None:
-    texts = [p.read_text(encoding="utf-8") for p in CORPUS]
-    checker, parse = [], []
-    for text in texts:
-        checker += _timed(lambda t=text: check(t), samples)
-        parse += _timed(lambda t=text: ast.parse(t), samples)
-    print(f"checker over {len(texts)} scripts x {samples}: p50 {_pct(checker, .5):.3f} ms, "
+    checker, parse = checker_samples(samples)
+    print(f"checker over {len(CORPUS)} scripts x {samples}: p50 {_pct(checker, .5):.3f} ms, "
           f"p95 {_pct(checker, .95):.3f} ms; ast.parse p50 {_pct(parse, .5):.3f} ms; "
           f"ratio p50 {_pct(checker, .5) / _pct(parse, .5):.1f}x")
 
