@@ -12,7 +12,9 @@ a shared machine falls on all of them alike):
 * a 32-way fanout of no-op calls, per call;
 * replay of a recorded 50-call workflow, per call (Revise embedded and through Celery);
 * 20 concurrent jobs x 8 sequential calls, calls/s (Revise through the Celery stack
-  with one and with two broker worker processes);
+  with one and with two broker worker processes; beside it the same hops with no-op
+  tasks, ``peers/floor.py``: what this stack costs on this machine before any of
+  Revise's work, so a target above the floor is out of reach here);
 * the fanout repair at N = 4, 8, 16, 32: branch 1 fails, the repaired code recovers
   the run with each system's own mechanism; provider dispatch attempts over the
   failed run and the recovery (Revise: call-level replay; Temporal: reset to the
@@ -43,6 +45,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from peers.floor import CeleryFloor  # noqa: E402
 from peers.revise import ReviseCelery, ReviseEmbedded, redis_url  # noqa: E402
 from peers.tools import checker_ratio, help_ms  # noqa: E402
 
@@ -71,6 +74,9 @@ ROWS = {SEQ: "{n} sequential no-op calls, ms per call",
 TEMPORAL, DBOS = "Temporal (dev server)", "DBOS (SQLite)"
 EMBEDDED, CELERY = "Revise embedded", "Revise Celery"
 CELERY_1, CELERY_2 = "Revise Celery, 1 broker worker", "Revise Celery, 2 broker workers"
+FLOOR = "Celery floor"
+FLOOR_1, FLOOR_2 = "Celery floor, 1 broker worker", "Celery floor, 2 broker workers"
+SCALED = {CELERY: (CELERY_1, CELERY_2), FLOOR: (FLOOR_1, FLOOR_2)}
 
 
 # ---- the systems ----------------------------------------------------------------------------
@@ -119,6 +125,9 @@ def _open_peers(stack: contextlib.ExitStack, home: Path, wanted: set[str],
             (home / "celery").mkdir()
             systems[CELERY] = stack.enter_context(contextlib.closing(
                 ReviseCelery(home / "celery", url, opts.redis_url)))
+            (home / "floor").mkdir()
+            systems[FLOOR] = stack.enter_context(contextlib.closing(
+                CeleryFloor(home / "floor", opts.redis_url)))
     return systems
 
 
@@ -131,12 +140,13 @@ def _plan(systems: dict[str, Any], sizes: Sizes) -> list[tuple[str, str, Callabl
     for row, method, n in ((SEQ, "sequential", sizes.sequential), (FAN, "fanout", sizes.fanout),
                            (REPLAY, "replay", sizes.replay)):
         for column, system in systems.items():
-            plan.append((row, column, lambda s=system, m=method, k=n:
-                         getattr(s, m)(k) * 1000 / k))
+            if column != FLOOR:
+                    plan.append((row, column, lambda s=system, m=method, k=n:
+                             getattr(s, m)(k) * 1000 / k))
     calls = sizes.jobs * sizes.job_calls
     for column, system in systems.items():
-        if column == CELERY:
-            for workers, label in ((1, CELERY_1), (2, CELERY_2)):
+        if column in SCALED:
+            for workers, label in zip((1, 2), SCALED[column], strict=True):
                 plan.append((JOBS, label, lambda s=system, w=workers: _jobs(s, w, sizes)))
         elif hasattr(system, "concurrent"):
             plan.append((JOBS, column, lambda s=system: calls / s.concurrent(
@@ -144,7 +154,7 @@ def _plan(systems: dict[str, Any], sizes: Sizes) -> list[tuple[str, str, Callabl
     return plan
 
 
-def _jobs(celery: ReviseCelery, workers: int, sizes: Sizes) -> float:
+def _jobs(celery: ReviseCelery | CeleryFloor, workers: int, sizes: Sizes) -> float:
     celery.broker_workers(workers)
     try:
         return sizes.jobs * sizes.job_calls / celery.concurrent(sizes.jobs, sizes.job_calls)
@@ -169,7 +179,7 @@ def repairs(systems: dict[str, Any], sizes: Sizes) -> dict[int, dict[str, int]]:
     paid: dict[int, dict[str, int]] = {}
     for n in sizes.widths:
         paid[n] = {column: system.repair(n) for column, system in systems.items()
-                   if column != CELERY}  # the queue pays what embedded pays
+                   if column not in SCALED}  # the queue pays what embedded pays
     return paid
 
 
@@ -186,7 +196,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def print_tables(figures: dict[str, dict[str, float]], paid: dict[int, dict[str, int]],
                  sizes: Sizes, tools: dict[str, float]) -> None:
-    columns = [c for c in (TEMPORAL, DBOS, EMBEDDED, CELERY, CELERY_1, CELERY_2)
+    columns = [c for c in (TEMPORAL, DBOS, EMBEDDED, CELERY, CELERY_1, CELERY_2, FLOOR_1,
+                           FLOOR_2)
                if any(c in cols for cols in figures.values())]
     print("| work | " + " | ".join(columns) + " |")
     print("|---|" + "---|" * len(columns))
@@ -201,7 +212,7 @@ def print_tables(figures: dict[str, dict[str, float]], paid: dict[int, dict[str,
     print("Ratios (Revise / peer; per-call rows: lower is better, calls/s: higher is better)")
     for row in (SEQ, FAN, REPLAY, JOBS):
         cols = figures.get(row, {})
-        for mine in (EMBEDDED, CELERY, CELERY_1, CELERY_2):
+        for mine in (EMBEDDED, CELERY, CELERY_1, CELERY_2, FLOOR_1, FLOOR_2):
             if mine in cols:
                 temporal = _ratio(cols[mine], cols.get(TEMPORAL))
                 dbos = _ratio(cols[mine], cols.get(DBOS))
@@ -225,6 +236,9 @@ def _targets(figures: dict[str, dict[str, float]], tools: dict[str, float]) -> N
         ("queue calls/s >= Temporal's", jobs.get(CELERY_1), jobs.get(TEMPORAL), ">=", 1.0),
         ("queue calls/s >= 0.8x DBOS's", jobs.get(CELERY_1), jobs.get(DBOS), ">=", 0.8),
         ("two broker workers >= 1.5x one", jobs.get(CELERY_2), jobs.get(CELERY_1), ">=", 1.5),
+        ("floor: bare hops >= 0.8x DBOS's", jobs.get(FLOOR_1), jobs.get(DBOS), ">=", 0.8),
+        ("floor: two broker workers >= 1.5x one", jobs.get(FLOOR_2), jobs.get(FLOOR_1), ">=",
+         1.5),
         ("replay embedded <= DBOS's", replay.get(EMBEDDED), replay.get(DBOS), "<=", 1.0),
         ("replay through Celery <= 2x embedded", replay.get(CELERY), replay.get(EMBEDDED),
          "<=", 2.0),
@@ -239,6 +253,10 @@ def _targets(figures: dict[str, dict[str, float]], tools: dict[str, float]) -> N
         ratio = mine / theirs
         met = ratio >= factor if op == ">=" else ratio <= factor
         print(f"  {name:<40} {ratio:6.2f}x  {'met' if met else 'NOT met'}")
+    if FLOOR_1 in jobs and CELERY_1 in jobs:
+        print(f"  {'Revise through Celery / its floor':<40} "
+              f"{jobs[CELERY_1] / jobs[FLOOR_1]:6.2f}x  (what Revise's own work leaves of the "
+              "stack's throughput)")
     if "help_ms" in tools:
         ms = tools["help_ms"]
         print(f"  {'revise --help <= 200 ms':<40} {ms:5.0f} ms {'met' if ms <= 200 else 'NOT met'}")
