@@ -3,8 +3,9 @@
 A job task (``revise.dispatch`` for a candidate refused before any sandbox,
 ``revise.sandbox`` for one that ran) ends as Celery ``FAILURE`` when its
 revision failed or stopped, and as ``SUCCESS`` with the run summary as result
-when it succeeded. A capability task ends as ``FAILURE`` when its call failed
-at the provider, was denied, diverged or stopped. The report is stored (run
+when it succeeded. A capability task ends as ``FAILURE`` when a call of its wave
+failed at the provider, was denied, diverged or stopped; its message names that
+call and says how many calls of the wave did get a result. The report is stored (run
 store and job lease) *before* the exception is raised, so nothing is lost and
 a redelivery raises the same exception again from the stored answer.
 
@@ -90,7 +91,10 @@ def wave_outcome(answer: dict[str, Any], run_id: str | None) -> CallFailed | Non
     first = failed[0]
     error = first.get("error") or first.get("stop") or {}
     more = f" (and {len(failed) - 1} more of its wave)" if len(failed) > 1 else ""
-    message = f"{first['outcome']}: {error.get('message') or 'no message'}{more}"
+    # Flower shows the whole wave as FAILURE: say how much of it did get a result.
+    got = (f"; {len(reports) - len(failed)} of the wave's {len(reports)} calls got a result"
+           if len(reports) > 1 else "")
+    message = f"{first['outcome']}: {error.get('message') or 'no message'}{more}{got}"
     return CallFailed(message, error.get("type"), first.get("identity"), run_id, None,
                       answer)
 

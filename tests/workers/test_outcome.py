@@ -54,6 +54,9 @@ def test_waves_with_a_call_without_a_committed_result_are_failures() -> None:
         assert isinstance(exc, CallFailed) and answer_of(exc) == answer
         assert "CapabilityError at orchestrate/#0@:0" in str(exc)
         assert "(and 1 more of its wave)" in str(exc) and exc.run_id == "r1"
+        assert "1 of the wave's 3 calls got a result" in str(exc)
+    single = wave_outcome({"reports": [report]}, "r1")
+    assert single is not None and "got a result" not in str(single)
     for outcome in ("executed", "replayed"):
         assert wave_outcome({"reports": [{"outcome": outcome}, ok]}, "r1") is None
     assert answer_of(ValueError("x")) is None
