@@ -157,12 +157,13 @@ class Pipeline:
         assert self.executor_for is not None, "this pipeline only admits"
         run_id, revision, report = admitted.run_id, admitted.revision, admitted.report
         relocation = str(self.settings.relocation)
-        regated: list[Admission] = []
+        regated: Admission | None = None  # the gate run again on the prefix as it is now
 
         def admit(slots: list[SlotRecord]) -> bool:
+            nonlocal regated
             assert admitted.admission is not None
-            regated[:] = [admitted.admission.regate(slots, relocation)]
-            return regated[0].gate.accepted
+            regated = admitted.admission.regate(slots, relocation)
+            return regated.gate.accepted
 
         lease = RevisionLease(self.store, run_id, revision,
                               self.settings.revision_lease_seconds)
@@ -173,7 +174,8 @@ class Pipeline:
             raise RevisionNotRunning(f"revision {revision} of run {run_id} is no longer "
                                      "running; nothing was started", run_id=run_id)
         slots, accepted = started
-        admission = regated[0]
+        admission = regated
+        assert admission is not None, "start_revision ran the gate"
         report.gate = GateReport.model_validate(admission.gate.to_json())
         if not accepted:
             self._refused(report, Refusal(check=_no_violations(), gate=admission.gate))
