@@ -8,6 +8,11 @@ sandbox worker (prefork), which starts one process sandbox (bubblewrap, the
 interpreter running ``pass``) and then asks a broker worker for each call in turn,
 waiting for each answer. No store, no ledger, no checker, no runtime.
 
+With a ``database_url`` the broker worker also makes the two durable writes the
+contract asks of every executed call (ARCHITECTURE.md section 4: the attempt record,
+committed before the provider is called, then the result with the attempt settled),
+each one PostgreSQL transaction, as the least any implementation of this design pays.
+
 What Revise adds on top of these figures is ours to cut; what the floor costs is
 not, so a target above the floor's calls/s cannot be met with this stack on this
 machine. Workers run as ``celery -A peers.floor worker`` (``bench`` on the path).
@@ -48,6 +53,12 @@ def make_app(redis_url: str, prefix: str) -> Celery:
 
 app = make_app(os.environ.get("REVISE_REDIS_URL", "redis://127.0.0.1:6379/13"), _PREFIX)
 _runner: Any = None
+_engine: Any = None
+_TABLES = (
+    "CREATE TABLE IF NOT EXISTS floor_attempts (id BIGSERIAL PRIMARY KEY, job TEXT NOT NULL,"
+    " n INTEGER NOT NULL, status TEXT NOT NULL, UNIQUE (job, n))",
+    "CREATE TABLE IF NOT EXISTS floor_results (job TEXT NOT NULL, n INTEGER NOT NULL,"
+    " result JSONB NOT NULL, PRIMARY KEY (job, n))")
 
 
 def _sandbox() -> Any:
@@ -85,29 +96,56 @@ def job(self: Any, calls: int) -> int:
             remove_rpc_dir(rpc_dir)
     app.conf.task_send_sent_event = False  # as workers.app.quiet_capability_sends does
     for i in range(calls):
-        app.send_task(CALL, args=[i], queue=f"{_PREFIX}capabilities").get(
+        app.send_task(CALL, args=[self.request.id, i], queue=f"{_PREFIX}capabilities").get(
             timeout=60, disable_sync_subtasks=False)
     return calls
 
 
 @app.task(name=CALL)
-def call(i: int) -> int:
+def call(job_id: str, i: int) -> int:
+    url = os.environ.get("REVISE_FLOOR_DATABASE_URL")
+    if url:
+        _durable_call(url, job_id, i)
     return i
+
+
+def _durable_call(url: str, job_id: str, i: int) -> None:
+    global _engine
+    from sqlalchemy import create_engine, text
+
+    if _engine is None:
+        _engine = create_engine(url, pool_size=8)
+    where = {"job": job_id, "n": i}
+    with _engine.begin() as conn:  # the attempt, durable before the (no-op) provider call
+        attempt = conn.execute(text(
+            "INSERT INTO floor_attempts (job, n, status) VALUES (:job, :n, 'pending') "
+            "RETURNING id"), where).scalar_one()
+    with _engine.begin() as conn:  # the result, and the attempt settled
+        conn.execute(text("INSERT INTO floor_results (job, n, result) VALUES "
+                          "(:job, :n, '{}'::jsonb)"), where)
+        conn.execute(text("UPDATE floor_attempts SET status = 'succeeded' WHERE id = :id"),
+                     {"id": attempt})
 
 
 class CeleryFloor:
     """Dispatch (threads, 4), sandbox (prefork, 4) and two broker workers (threads, 8),
     as ``peers.revise.ReviseCelery`` starts Revise's; one broker worker can be switched
-    off."""
+    off. ``database_url``: the broker workers make the contract's two writes per call."""
 
-    name = "Celery floor"
-
-    def __init__(self, home: Path, redis_url: str) -> None:
+    def __init__(self, home: Path, redis_url: str, database_url: str | None = None) -> None:
         self.prefix = f"floor{uuid.uuid4().hex[:8]}-"
         self.app = make_app(redis_url, self.prefix)
         env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'bench'}",
                "REVISE_REDIS_URL": redis_url, "REVISE_FLOOR_PREFIX": self.prefix,
-               "REVISE_HOME": str(home)}
+               "REVISE_HOME": str(home), "REVISE_FLOOR_DATABASE_URL": database_url or ""}
+        if database_url:
+            from sqlalchemy import create_engine, text
+
+            engine = create_engine(database_url)
+            with engine.begin() as conn:
+                for table in _TABLES:
+                    conn.execute(text(table))
+            engine.dispose()
         self.procs: list[subprocess.Popen[bytes]] = []
         self.names: list[str] = []
         try:
