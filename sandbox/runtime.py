@@ -17,14 +17,15 @@ only be awaited or handed to ``ctx.parallel`` / ``pipeline`` / ``dag`` /
 ``race``. No future, task or event loop exists to be reached.
 """
 
-import json
+# The C modules under socket, collections and json (see ``_c_json``): those packages
+# import enum, re and functools, which was most of what starting the runtime cost (about
+# 10 ms of CPU of every job) for nothing the runtime uses.
+import _socket
 import os
-import socket
-import struct
 import sys
 import time
 import types
-from collections import deque
+from _collections import deque
 
 if __name__ == "__main__":
     # -I leaves the script's own directory off sys.path; language.py sits beside us.
@@ -33,7 +34,7 @@ if __name__ == "__main__":
 else:  # imported as sandbox.runtime on the host (tests, the builtins proof)
     from sandbox import language
 
-_HEADER = struct.Struct(">I")
+_HEADER_BYTES = 4  # a message's length, big-endian
 
 
 class CapabilityError(Exception):
@@ -55,9 +56,66 @@ class ScriptStopped(BaseException):
 # ---- the channel to the host -------------------------------------------------------------
 
 
+def _not_json(value):
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+class _Scanning:
+    """What CPython's C JSON scanner reads off a decoder: json.loads's defaults."""
+
+    strict = True
+    object_hook = object_pairs_hook = None
+    parse_float, parse_int = float, int
+    parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                      "NaN": float("nan")}.__getitem__
+
+
+def _c_json():
+    """CPython's C JSON codec, or (None, None) where it differs: then the json package."""
+    try:
+        import _json
+
+        _json.make_encoder({}, _not_json, _json.encode_basestring_ascii, None, ":", ",",
+                           False, False, False)
+        return _json, _json.make_scanner(_Scanning)
+    except (ImportError, AttributeError, TypeError):
+        return None, None
+
+
+_JSON, _SCAN = _c_json()
+
+
+def dumps(value):
+    """``json.dumps(value, allow_nan=False, separators=(",", ":"))``: the same text, and
+    the same TypeError or ValueError for what is not JSON."""
+    if _JSON is None:
+        import json
+
+        return json.dumps(value, allow_nan=False, separators=(",", ":"))
+    encode = _JSON.make_encoder({}, _not_json, _JSON.encode_basestring_ascii, None, ":", ",",
+                                False, False, False)
+    return "".join(encode(value, 0))
+
+
+def loads(data):
+    """``json.loads`` of one UTF-8 message from the host."""
+    if _SCAN is None:
+        import json
+
+        return json.loads(data)
+    text = data.decode("utf-8").strip(" \t\n\r")
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        raise ValueError("the host's message is not JSON") from None
+    if end != len(text):
+        raise ValueError("the host's message has data after its JSON value")
+    return value
+
+
 class _Channel:
     def __init__(self, path, connect_seconds=10.0):
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         deadline = time.monotonic() + connect_seconds
         while True:
             try:
@@ -70,8 +128,8 @@ class _Channel:
         self._buffer = bytearray()
 
     def send(self, message):
-        data = json.dumps(message, allow_nan=False, separators=(",", ":")).encode("utf-8")
-        self._sock.sendall(_HEADER.pack(len(data)) + data)
+        data = dumps(message).encode("utf-8")
+        self._sock.sendall(len(data).to_bytes(_HEADER_BYTES, "big") + data)
 
     def _read(self, size):
         while len(self._buffer) < size:
@@ -84,8 +142,8 @@ class _Channel:
         return data
 
     def receive(self):
-        (size,) = _HEADER.unpack(self._read(_HEADER.size))
-        return json.loads(self._read(size))
+        size = int.from_bytes(self._read(_HEADER_BYTES), "big")
+        return loads(self._read(size))
 
 
 # ---- awaitables a script holds (opaque: no public attributes) ----------------------------
@@ -407,7 +465,7 @@ class _Scheduler:
         frames, self.outbox = self.outbox, []
         batch, size = [], 0
         for frame in frames:
-            data = json.dumps(frame, allow_nan=False, separators=(",", ":"))
+            data = dumps(frame)
             if len(data) > self.frame_bytes:
                 raise ScriptStopped(f"a capability payload is {len(data)} bytes; the limit is "
                                     f"{self.frame_bytes}: pass artifact references instead")
@@ -676,7 +734,7 @@ class Context:
                 1 <= take <= language.MAX_TAKE):
             raise ValueError(f"take must be an integer from 1 to {language.MAX_TAKE}")
         try:
-            json.dumps(payload, allow_nan=False)
+            dumps(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload for {capability} is not JSON: {exc}") from None
         return _Call(capability, payload, take, _site)
@@ -788,7 +846,7 @@ def _execute(job):
         root = scheduler.run(_drive(orchestrate(ctx, job.get("args"))))
         if root.error is not None:
             raise root.error
-        json.dumps(root.value, allow_nan=False)
+        dumps(root.value)
         return {"ok": True, "result": root.value, "logs": ctx._logs,
                 "seconds": time.monotonic() - started}
     except ScriptStopped as stop:
@@ -802,7 +860,7 @@ def _execute(job):
 def _result_message(nonce, outcome, limit):
     message = dict(outcome, t="result", nonce=nonce)
     try:
-        data = json.dumps(message, allow_nan=False, separators=(",", ":"))
+        data = dumps(message)
     except (TypeError, ValueError) as exc:
         data = ""
         message = {"t": "result", "nonce": nonce, "ok": False, "logs": [],

@@ -122,11 +122,10 @@ _RACE_BRANCH_SITE = '''async def orchestrate(ctx, args):
     if args.get("never"):
         await ctx.race([ctx.run("text.generate", {"prompt": "a"})])
     sched = g["_SCHEDULER"]
-    json, struct = g["json"], g["struct"]
-    body = json.dumps({"t": "batch", "nonce": sched.nonce, "frames": [
+    body = g["dumps"]({"t": "batch", "nonce": sched.nonce, "frames": [
         {"seq": 1, "kind": "race_lookup", "site": "orchestrate/if0/#0", "path": [],
          "occurrence": 0, "branches": [{"site": ["unhashable"]}]}]}).encode()
-    sched.channel._sock.sendall(struct.pack(">I", len(body)) + body)
+    sched.channel._sock.sendall(len(body).to_bytes(4, "big") + body)
     g["time"].sleep(1)
     return "not stopped"
 '''
