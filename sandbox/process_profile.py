@@ -68,6 +68,9 @@ class ProcessProfile(BaseModel):
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     python: str = "/usr/bin/python3"
     command: tuple[str, ...] | None = None  # None: the runtime (sandbox.job.runtime_command)
+    # The runtime as bytecode compiled on the host (sandbox.job.compiled_runtime): only
+    # when the preflight saw the sandbox's Python use the host's bytecode magic.
+    compiled_runtime: bool = False
     uid: int = Field(default=SANDBOX_UID, ge=1)  # inside the sandbox; never root
     gid: int = Field(default=SANDBOX_UID, ge=1)
     host_uid: int = Field(default=NOBODY, ge=1)  # outside, when the host runs as root
@@ -114,7 +117,8 @@ class ProcessProfile(BaseModel):
 
     def sandbox_command(self) -> tuple[str, ...]:
         """What bwrap executes: the command, under the sandbox's own pids limit."""
-        command = self.command or tuple(runtime_command(self.python))
+        command = self.command or tuple(runtime_command(self.python,
+                                                        compiled=self.compiled_runtime))
         if self.prlimit is None:
             return command
         pids = self.limits.pids

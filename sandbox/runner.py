@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
 import resource
@@ -32,7 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from broker.envelope import SandboxLimits
 from broker.errors import SandboxUnavailable
@@ -48,9 +49,11 @@ from sandbox.bwrap import (
 )
 from sandbox.child import ChildSandbox, init_pidfd, wait_until_armed
 from sandbox.job import (
+    COMPILED_RUNTIME,
     RUNTIME_FILES,
     SANDBOX_DIR,
     SandboxJob,
+    compiled_runtime,
     open_rpc_dir,
     remove_rpc_dir,
 )
@@ -65,10 +68,11 @@ _PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _SETUP_TIMEOUT = 30.0
 # Printed by the preflight probe inside a fresh sandbox: what check() verifies.
-_PREFLIGHT = ("import json, os, sys\n"
+_PREFLIGHT = ("import importlib.util, json, os, sys\n"
               "status = dict(l.split(':', 1) for l in open('/proc/self/status') if ':' in l)\n"
               "print(json.dumps({'version': list(sys.version_info[:2]), 'uid': os.getuid(),"
-              " 'seccomp': status['Seccomp'].strip(), 'nnp': status['NoNewPrivs'].strip()}))\n")
+              " 'seccomp': status['Seccomp'].strip(), 'nnp': status['NoNewPrivs'].strip(),"
+              " 'magic': importlib.util.MAGIC_NUMBER.hex()}))\n")
 
 
 class Sandbox(Protocol):
@@ -186,8 +190,10 @@ class ProcessRunner:
         with self._lock:
             if self._ready is None:
                 tool, profile = self._base()
-                self._preflight(tool, profile)
-                self._ready = (tool, profile.model_copy(update={"command": self._command}))
+                seen = self._preflight(tool, profile)
+                compiled = seen.get("magic") == importlib.util.MAGIC_NUMBER.hex()
+                self._ready = (tool, profile.model_copy(update={
+                    "command": self._command, "compiled_runtime": compiled}))
             return self._ready
 
     def _base(self) -> tuple[BwrapTool, ProcessProfile]:
@@ -202,7 +208,9 @@ class ProcessRunner:
             python=python, host_uid=self.settings.uid, host_gid=self.settings.gid, ro_binds=binds,
             root_links=links, nproc_ceiling=ceiling, prlimit=prlimit)
 
-    def _preflight(self, tool: BwrapTool, profile: ProcessProfile) -> None:
+    def _preflight(self, tool: BwrapTool, profile: ProcessProfile) -> dict[str, Any]:
+        """What a fresh sandbox says of itself (``_PREFLIGHT``); SandboxUnavailable when
+        it cannot be set up or is not isolated."""
         probe = profile.model_copy(update={
             "command": (profile.python, "-I", "-S", "-B", "-c", _PREFLIGHT)})
         # Under the short private_dir: a socket path must stay within 107 bytes.
@@ -216,7 +224,7 @@ class ProcessRunner:
             finally:
                 launched.sandbox.cleanup()
                 launched.listener.close()
-        problem = _preflight_problem(code, output)
+        seen, problem = _preflight_report(code, output)
         if problem:
             raise SandboxUnavailable(
                 f"the process sandbox cannot be set up ({tool.origin} bwrap {tool.path}, "
@@ -224,6 +232,7 @@ class ProcessRunner:
                 f"{output.strip()[-600:]!r}. Fix the host, use Docker (REVISE_SANDBOX=docker), "
                 "or accept the weak mode explicitly (REVISE_SANDBOX=process with "
                 "REVISE_PROCESS_ISOLATION=weak)")
+        return seen
 
     def _start(self, job: SandboxJob) -> ChildSandbox:
         tool, profile = self._prepared()
@@ -234,8 +243,11 @@ class ProcessRunner:
         log_path = Path(workdir.name) / "output.log"
         rpc_source, enter = _entry(tool, profile, job.rpc_dir)
         with contextlib.ExitStack() as stack:
-            files = tuple((name, stack.enter_context(
-                _memfd(name, (SANDBOX_DIR / name).read_bytes()))) for name in RUNTIME_FILES)
+            contents = [(name, (SANDBOX_DIR / name).read_bytes()) for name in RUNTIME_FILES]
+            if profile.compiled_runtime:
+                contents.append((COMPILED_RUNTIME, compiled_runtime()))
+            files = tuple((name, stack.enter_context(_memfd(name, data)))
+                          for name, data in contents)
             seccomp = stack.enter_context(_memfd("seccomp", compile_bpf(profile.seccomp)))
             info_r, info_w = os.pipe()
             stack.callback(os.close, info_r)
@@ -299,18 +311,19 @@ def _enter_as_root(binds: tuple[tuple[bytes, bytes], ...], uid: int, gid: int,
     _set_rlimits(rlimits, host)
 
 
-def _preflight_problem(code: int | None, output: str) -> str:
+def _preflight_report(code: int | None, output: str) -> tuple[dict[str, Any], str]:
+    """(what the probe printed, the problem with it or "")."""
     if code is None:
-        return "the probe did not finish in time"
+        return {}, "the probe did not finish in time"
     try:
         seen = json.loads(output.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return f"the probe exited with {code} and printed no report"
+        return {}, f"the probe exited with {code} and printed no report"
     if tuple(seen["version"]) < (3, 11):
-        return f"the sandbox's Python is {seen['version']}, the runtime needs >= 3.11"
+        return seen, f"the sandbox's Python is {seen['version']}, the runtime needs >= 3.11"
     if seen["uid"] == 0 or seen["seccomp"] != "2" or seen["nnp"] != "1":
-        return f"isolation incomplete: {seen}"
-    return ""
+        return seen, f"isolation incomplete: {seen}"
+    return seen, ""
 
 
 def _limit_child(limits: SandboxLimits) -> None:

@@ -196,7 +196,7 @@ def test_writes_only_in_tmp(run_process_probe, tmp_path):
     tmp_path.chmod(0o777)  # even a world-writable host directory stays out of reach
     code, output, _ = run_process_probe(_probe(f"""
         for path in ("{victim}", "/usr/evil", "/evil", "/opt/revise/runtime.py",
-                     "/opt/revise/evil", "/dev/evil", "/dev/shm/evil", "/proc/evil"):
+                     "/opt/revise/runtime.pyc", "/opt/revise/evil", "/dev/evil", "/dev/shm/evil", "/proc/evil"):
             try:
                 with open(path, "a") as fh:
                     fh.write("owned")
@@ -332,7 +332,7 @@ def test_the_environment_is_clean(run_process_probe, monkeypatch):
     assert "sk-host-secret" not in output
     assert set(result["env"]) <= {"PATH", "LANG", "HOME", "TMPDIR", "PWD",
                                   "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED"}, result["env"]
-    assert result["opt"] == ["language.py", "runtime.py"]
+    assert result["opt"] == ["language.py", "runtime.py", "runtime.pyc"]  # same magic here
     assert result["mode"] == "0o444"
 
 
@@ -459,3 +459,48 @@ def test_the_sandbox_dies_with_a_killed_host(process_python, tmp_path):
         for mount_point in left.iterdir():
             mount_point.rmdir()  # empty: the binds lived in the dead host's namespace
         left.rmdir()
+
+
+def test_the_runtime_runs_from_bytecode_compiled_on_the_host(process_python, tmp_path):
+    """The sandbox's Python uses the host's bytecode magic here, so the runtime starts
+    from ``runtime.pyc`` (no compile at each start) and a real run goes through it."""
+    import importlib.util
+    import marshal
+
+    from broker.envelope import Envelope
+    from broker.settings import SandboxKind, Settings
+    from orchestrator.embedded import open_services
+    from sandbox.job import compiled_runtime
+
+    pyc = compiled_runtime()
+    source = (Path(__file__).parents[2] / "sandbox" / "runtime.py").read_bytes()
+    assert pyc[:4] == importlib.util.MAGIC_NUMBER and pyc[4:8] == (1).to_bytes(4, "little")
+    assert pyc[8:16] == importlib.util.source_hash(source)
+    assert marshal.loads(pyc[16:]).co_filename == "/opt/revise/runtime.py"
+    runner = ProcessRunner()
+    assert runner.profile(SandboxLimits()).sandbox_command()[-2] == "/opt/revise/runtime.pyc"
+    services = open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
+                             runner=runner)
+    try:
+        report = services.pipeline().run("compiled", (
+            "async def orchestrate(ctx, args):\n"
+            '    done = await ctx.run("text.generate", {"prompt": "é"})\n'
+            '    return {"got": done is not None, "pi": 3.25}\n'), {}, Envelope()).to_json()
+    finally:
+        runner.close()
+        services.close()
+    assert report["status"] == "succeeded", report
+    assert report["result"] == {"got": True, "pi": 3.25}
+
+
+def test_a_sandbox_python_of_other_bytecode_runs_the_runtime_source(process_python,
+                                                                    monkeypatch):
+    seen = {}
+
+    def preflight(self, tool, profile):
+        seen["probed"] = True
+        return {"version": [3, 12], "magic": "cb0d0d0a"}  # another interpreter's magic
+
+    monkeypatch.setattr(ProcessRunner, "_preflight", preflight)
+    command = ProcessRunner().profile(SandboxLimits()).sandbox_command()
+    assert seen and command[-2] == "/opt/revise/runtime.py"
