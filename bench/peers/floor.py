@@ -21,7 +21,6 @@ machine. Workers run as ``celery -A peers.floor worker`` (``bench`` on the path)
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -162,32 +161,18 @@ class CeleryFloor:
                          "-c", str(concurrency), "-l", "WARNING", "--without-mingle",
                          "--without-gossip"], cwd=ROOT, env=env, stdout=log,
                         stderr=subprocess.STDOUT, start_new_session=True))
-            self._wait_ready(60, home)
+            from tests.workers.conftest import wait_for_workers  # not in the workers
+
+            wait_for_workers(self.app, self.names, 60, home)
         except BaseException:
             self.close()
             raise
         self._second_on = True
 
-    def _wait_ready(self, timeout: float, home: Path) -> None:
-        deadline = time.monotonic() + timeout
-        missing = set(self.names)
-        while missing:
-            for reply in self.app.control.ping(destination=sorted(missing), timeout=0.5):
-                missing -= set(reply)
-            if missing and time.monotonic() > deadline:
-                raise RuntimeError(f"floor workers not ready: {sorted(missing)}; logs in "
-                                   f"{home}")
-
     def close(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        from tests.workers.conftest import stop_processes
+
+        stop_processes(self.procs)
 
     def broker_workers(self, count: int) -> None:
         want = count == 2

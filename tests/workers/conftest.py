@@ -42,6 +42,30 @@ def _sandbox_kind() -> str:
     return "docker" if docker_ready(Settings()) else "process"
 
 
+def wait_for_workers(app: Any, names: list[str], timeout: float, logs: Path) -> None:
+    """Until every worker named answers a ping; AssertionError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    missing = set(names)
+    while missing:
+        for reply in app.control.ping(destination=sorted(missing), timeout=0.5):
+            missing -= set(reply)
+        if missing and time.monotonic() > deadline:
+            raise AssertionError(f"workers not ready: {sorted(missing)}; logs in {logs}")
+
+
+def stop_processes(procs: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process group, then SIGKILL what has not ended within 15 s."""
+    for proc in procs:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
 class Stack:
     def __init__(self, tmp_path: Path, database_url: str, redis_url: str,
                  **queue: Any) -> None:
@@ -103,26 +127,10 @@ class Stack:
                             "-d", str(ROOT), *concurrency], "honcho")
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        missing = set(self.names)
-        while missing:
-            replies = self.client.app.control.ping(destination=sorted(missing), timeout=0.5)
-            for reply in replies:
-                missing -= set(reply)
-            if missing and time.monotonic() > deadline:
-                raise AssertionError(f"workers not ready: {sorted(missing)}; "
-                                     f"logs in {self.tmp_path}")
+        wait_for_workers(self.client.app, self.names, timeout, self.tmp_path)
 
     def stop(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
+        stop_processes(self.procs)
         kill_processes_mentioning([str(self.tmp_path)])
         self.client.close()
         if "store" in self.context.__dict__:
