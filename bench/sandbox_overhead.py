@@ -2,10 +2,15 @@
 
 Run: python bench/sandbox_overhead.py [--jobs N] [--calls N]
      python bench/sandbox_overhead.py --startup [--runs N]
+     python bench/sandbox_overhead.py --runtime-start [--runs N]
 The first needs a Docker engine and the sandbox image (`revise sandbox build`).
 ``--startup`` times a trivial probe (``python3 -I -S -B -c pass``) from
 ``launch`` to its exit, and the cleanup after it, for every runner: the weak
 rlimits-only child, the bubblewrap sandbox, a Docker container.
+``--runtime-start`` measures the CPU one start of the runtime costs (the sandbox's
+Python, outside any sandbox, whose cost is the same for all three): a bare
+interpreter, the runtime from ``runtime.py``, the runtime from the host-compiled
+``runtime.pyc`` the process sandbox runs; each connects to a socket that closes.
 Prints figures and ratios side by side; nothing is asserted.
 """
 
@@ -155,14 +160,72 @@ def print_startup(runs: int) -> None:
         print(f"{name:38}{p50:>10.1f}{p95:>10.1f}{cleanup:>10.1f}{p50 / base:>8.2f}")
 
 
+def bench_runtime_start(runs: int) -> dict[str, float]:
+    """ms of CPU (the children's rusage) per start, for each way of starting."""
+    import resource
+    import shutil
+    import socket
+    import subprocess
+    import threading
+
+    from sandbox.job import COMPILED_RUNTIME, RUNTIME_FILES, SANDBOX_DIR, compiled_runtime
+
+    python = ProcessRunner().profile(SandboxLimits()).python
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="rt-") as tmp:
+        for name in RUNTIME_FILES:
+            shutil.copy(SANDBOX_DIR / name, Path(tmp) / name)
+        (Path(tmp) / COMPILED_RUNTIME).write_bytes(compiled_runtime())
+        path = str(Path(tmp) / "s.sock")
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(path)
+        listener.listen(64)
+
+        def refuse() -> None:  # the runtime gets no job: it stops once connected
+            while True:
+                try:
+                    listener.accept()[0].close()
+                except OSError:
+                    return
+
+        threading.Thread(target=refuse, daemon=True).start()
+        ways = {"bare interpreter (-c pass)": ["-c", "pass"],
+                "runtime.py": [str(Path(tmp) / "runtime.py"), path],
+                "runtime.pyc": [str(Path(tmp) / COMPILED_RUNTIME), path]}
+        for label, args in ways.items():
+            command = [python, "-I", "-S", "-B", *args]
+            subprocess.run(command, stderr=subprocess.DEVNULL, check=False)  # warm
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            for _ in range(runs):
+                subprocess.run(command, stderr=subprocess.DEVNULL, check=False)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            figures[label] = ((after.ru_utime + after.ru_stime) - (before.ru_utime
+                              + before.ru_stime)) * 1000 / runs
+        listener.close()
+    return figures
+
+
+def print_runtime_start(runs: int) -> None:
+    figures = bench_runtime_start(runs)
+    bare = figures["bare interpreter (-c pass)"]
+    print(f"runtime start, {runs} runs{'':12}{'CPU ms':>10}{'x bare':>8}")
+    for name, cpu in figures.items():
+        print(f"{name:38}{cpu:>10.1f}{cpu / bare:>8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--startup", action="store_true",
                         help="only time sandbox start-to-exit of a trivial probe")
+    parser.add_argument("--runtime-start", action="store_true",
+                        help="only the CPU of one runtime start: source, compiled, bare")
     parser.add_argument("--runs", type=int, default=30)
     opts = parser.parse_args()
+    if opts.runtime_start:
+        print_runtime_start(opts.runs)
+        return
     if opts.startup:
         print_startup(opts.runs)
         return
