@@ -19,7 +19,7 @@ from celery.signals import worker_init
 from broker.settings import Settings
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
-from workers.kombu_redis import tolerate_released_channels
+from workers.kombu_redis import share_clients, tolerate_released_channels
 from workers.routing import SWEEP_TASK, Routing
 
 TASK_MODULES = ("workers.dispatcher", "workers.sandbox_worker", "workers.capability",
@@ -82,6 +82,7 @@ def celery_config(settings: Settings, queue: WorkerSettings, routing: Routing) -
 
 
 tolerate_released_channels()
+share_clients()
 
 
 @worker_init.connect

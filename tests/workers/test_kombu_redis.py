@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 from kombu import Connection
 
-from workers.kombu_redis import ReleasedChannel, tolerate_released_channels
+from workers.kombu_redis import ReleasedChannel, share_clients, tolerate_released_channels
 
 pytestmark = pytest.mark.redis
 
@@ -18,6 +18,7 @@ pytestmark = pytest.mark.redis
 def delivered(redis_url: str) -> Iterator[tuple[Connection, object, tuple]]:
     """A message delivered and not yet acknowledged, on a connection about to be lost."""
     tolerate_released_channels()
+    share_clients()
     connection = Connection(redis_url)
     queue = connection.SimpleQueue("revise-released-channel-test")
     queue.put({"n": 1})
@@ -61,3 +62,48 @@ def test_the_patch_is_applied_once() -> None:
     first = kombu_redis.Channel._connparams
     tolerate_released_channels()
     assert kombu_redis.Channel._connparams is first
+
+
+def test_a_channel_shares_one_client_until_its_pool_is_replaced(redis_url: str,
+                                                               monkeypatch) -> None:
+    """kombu built a redis.Redis per publish, ack and recorded delivery; a channel now
+    builds one for its pool, and a new one when a connection loss replaced the pool."""
+    import redis
+
+    share_clients()
+    built: list[object] = []
+    init = redis.Redis.__init__
+
+    def counting(self, *args, **kwargs):
+        built.append(self)
+        init(self, *args, **kwargs)
+
+    connection = Connection(redis_url)
+    queue = connection.SimpleQueue("revise-shared-client-test")
+    try:
+        monkeypatch.setattr(redis.Redis, "__init__", counting)
+        for n in range(5):
+            queue.put({"n": n})
+            queue.get(timeout=5).ack()
+        channel = queue.channel
+        assert len(built) <= 2, built  # the channel's one shared client (and BRPOP's)
+        shared = channel.__dict__["_revise_shared_client"]
+        assert shared.connection_pool is channel.pool
+        channel._disconnect_pools()  # what a connection loss does to the channel
+        queue.put({"n": "after"})
+        assert queue.get(timeout=5).payload == {"n": "after"}
+        renewed = channel.__dict__["_revise_shared_client"]
+        assert renewed is not shared and renewed.connection_pool is channel.pool
+    finally:
+        monkeypatch.undo()
+        queue.close()
+        connection.release()
+
+
+def test_sharing_is_applied_once() -> None:
+    from kombu.transport import redis as kombu_redis
+
+    share_clients()
+    first = kombu_redis.Channel.conn_or_acquire
+    share_clients()
+    assert kombu_redis.Channel.conn_or_acquire is first
