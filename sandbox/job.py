@@ -16,7 +16,7 @@ import shutil
 import socket
 import stat
 from dataclasses import dataclass
-from functools import cache
+from functools import lru_cache
 from pathlib import Path
 
 from broker.envelope import SandboxLimits
@@ -37,13 +37,14 @@ def runtime_command(python: str = "python3", *, compiled: bool = False) -> list[
     return [python, "-I", "-S", "-B", f"{RUNTIME_DIR}/{name}", f"{SANDBOX_RPC_DIR}/{SOCKET_NAME}"]
 
 
-@cache
-def compiled_runtime() -> bytes:
-    """runtime.py compiled by this interpreter, as an unchecked hash-based .pyc. A script
-    is compiled at every start (no cache applies to the program Python is asked to run),
-    which was about 6 ms of CPU a job; a sandbox Python with this interpreter's bytecode
-    magic (``importlib.util.MAGIC_NUMBER``) runs the .pyc directly instead."""
-    source = (SANDBOX_DIR / "runtime.py").read_bytes()
+@lru_cache(maxsize=2)
+def compiled_runtime(source: bytes) -> bytes:
+    """runtime.py's ``source`` compiled by this interpreter, as an unchecked hash-based
+    .pyc. A script is compiled at every start (no cache applies to the program Python is
+    asked to run), which was about 6 ms of CPU a job; a sandbox Python with this
+    interpreter's bytecode magic (``importlib.util.MAGIC_NUMBER``) runs the .pyc
+    directly instead. Keyed by the source, so it never runs another version than the
+    runtime.py bound beside it."""
     code = compile(source, f"{RUNTIME_DIR}/runtime.py", "exec", dont_inherit=True)
     unchecked_hash = (1).to_bytes(4, "little")  # PEP 552 flags: hash-based, not checked
     return (importlib.util.MAGIC_NUMBER + unchecked_hash + importlib.util.source_hash(source)

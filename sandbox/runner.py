@@ -245,7 +245,7 @@ class ProcessRunner:
         with contextlib.ExitStack() as stack:
             contents = [(name, (SANDBOX_DIR / name).read_bytes()) for name in RUNTIME_FILES]
             if profile.compiled_runtime:
-                contents.append((COMPILED_RUNTIME, compiled_runtime()))
+                contents.append((COMPILED_RUNTIME, compiled_runtime(dict(contents)["runtime.py"])))
             files = tuple((name, stack.enter_context(_memfd(name, data)))
                           for name, data in contents)
             seccomp = stack.enter_context(_memfd("seccomp", compile_bpf(profile.seccomp)))

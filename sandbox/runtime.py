@@ -18,8 +18,8 @@ only be awaited or handed to ``ctx.parallel`` / ``pipeline`` / ``dag`` /
 """
 
 # The C modules under socket, collections and json (see ``_c_json``): those packages
-# import enum, re and functools, which was most of what starting the runtime cost (about
-# 10 ms of CPU of every job) for nothing the runtime uses.
+# import enum, re and functools, about 10 ms of CPU of every job's start, for nothing
+# the runtime uses.
 import _socket
 import os
 import sys

@@ -196,7 +196,8 @@ def test_writes_only_in_tmp(run_process_probe, tmp_path):
     tmp_path.chmod(0o777)  # even a world-writable host directory stays out of reach
     code, output, _ = run_process_probe(_probe(f"""
         for path in ("{victim}", "/usr/evil", "/evil", "/opt/revise/runtime.py",
-                     "/opt/revise/runtime.pyc", "/opt/revise/evil", "/dev/evil", "/dev/shm/evil", "/proc/evil"):
+                     "/opt/revise/runtime.pyc", "/opt/revise/evil", "/dev/evil",
+                     "/dev/shm/evil", "/proc/evil"):
             try:
                 with open(path, "a") as fh:
                     fh.write("owned")
@@ -472,8 +473,8 @@ def test_the_runtime_runs_from_bytecode_compiled_on_the_host(process_python, tmp
     from orchestrator.embedded import open_services
     from sandbox.job import compiled_runtime
 
-    pyc = compiled_runtime()
     source = (Path(__file__).parents[2] / "sandbox" / "runtime.py").read_bytes()
+    pyc = compiled_runtime(source)
     assert pyc[:4] == importlib.util.MAGIC_NUMBER and pyc[4:8] == (1).to_bytes(4, "little")
     assert pyc[8:16] == importlib.util.source_hash(source)
     assert marshal.loads(pyc[16:]).co_filename == "/opt/revise/runtime.py"
