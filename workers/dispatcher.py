@@ -79,17 +79,18 @@ def _dispatch(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str,
 def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:
     # The dispatcher never starts a sandbox or calls a provider: no runner, no executor.
     pipeline = Pipeline(store=ctx.store, runner=None, settings=ctx.settings, executor_for=None)
-    queued: list[dict[str, Any]] = []
+    message: dict[str, Any] | None = None  # the sandbox job, as the store recorded it
 
     def sandbox_job(admitted: Admitted) -> tuple[str, dict[str, Any]]:
         # The store is the truth about accepted jobs: recorded with the revision, before the
         # message is queued, so a message Redis loses is queued again (workers.recovery).
+        nonlocal message
         assert admitted.admission is not None
-        queued[:] = [{"job_id": job_id, "run_id": admitted.run_id,
-                      "revision": admitted.revision, "source": admitted.source.text,
-                      "admission": admitted.admission.to_wire(),
-                      "args_text": admitted.args_text, "envelope": job["envelope"]}]
-        return job_id, queued[0]
+        message = {"job_id": job_id, "run_id": admitted.run_id,
+                   "revision": admitted.revision, "source": admitted.source.text,
+                   "admission": admitted.admission.to_wire(),
+                   "args_text": admitted.args_text, "envelope": job["envelope"]}
+        return job_id, message
 
     try:
         envelope = Envelope.model_validate(job["envelope"])
@@ -102,8 +103,9 @@ def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, An
     if admitted.admission is None:
         return _answer(job_id, job, revision=admitted.revision,
                        report=admitted.report.to_json())
+    assert message is not None, "an accepted revision recorded its sandbox job"
     app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job_id),
-                  queue=ctx.routing.queue("sandbox"), args=queued)
+                  queue=ctx.routing.queue("sandbox"), args=[message])
     return _answer(job_id, job, revision=admitted.revision, accepted=True)
 
 
