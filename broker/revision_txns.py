@@ -15,14 +15,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, insert, update
 
 from broker import models
 from broker import statements as sql
 from broker.identity import Identity
 from broker.models import (
     attempt_record,
-    attempts,
     certificates,
     events,
     jobs,
@@ -30,7 +29,6 @@ from broker.models import (
     revisions,
     runs,
     slot_record,
-    slots,
 )
 from broker.records import (
     AttemptRecord,
@@ -42,7 +40,7 @@ from broker.records import (
 
 
 def slots_txn(conn: Connection, run_id: str) -> list[SlotRecord]:
-    rows = conn.execute(select(slots).where(slots.c.run_id == run_id)).all()
+    rows = conn.execute(sql.SLOTS_OF_RUN, {"run_id": run_id}).all()
     # Text paths sort "10" before "2"; the identity order compares path tuples.
     return sorted((slot_record(r) for r in rows), key=lambda s: s.identity)
 
@@ -77,9 +75,8 @@ def start_revision_txn(conn: Connection, run_id: str, revision: int, *, owner: s
 def revision_facts_txn(conn: Connection, run_id: str, revision: int
                        ) -> tuple[list[AttemptRecord], list[SlotRecord]]:
     """What a finished revision's report is made of: its attempts and the run's slots."""
-    rows = conn.execute(select(attempts).where(
-        attempts.c.run_id == run_id, attempts.c.revision == revision)
-        .order_by(attempts.c.id)).all()
+    rows = conn.execute(sql.ATTEMPTS_OF_REVISION, {"run_id": run_id, "revision": revision}
+                        ).all()
     return [attempt_record(r) for r in rows], slots_txn(conn, run_id)
 
 

@@ -35,6 +35,10 @@ def _at(table: Table) -> Any:
 
 
 SLOT_AT = select(slots).where(_at(slots))
+SLOTS_OF_RUN = select(slots).where(slots.c.run_id == bindparam("run_id"))  # the prefix
+ATTEMPTS_OF_REVISION = (select(attempts).where(attempts.c.run_id == bindparam("run_id"),
+                                               attempts.c.revision == bindparam("revision"))
+                        .order_by(attempts.c.id))
 LATEST_ATTEMPT = (select(attempts).where(_at(attempts)).order_by(attempts.c.number.desc())
                   .limit(1))
 # The slot at the identity first, else a slot of another revision with the same call
