@@ -108,7 +108,7 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     validate_name("run id", run_id)
     now = models.utcnow()
     conn.execute(sql.upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
-                                            revisions=0, created_at=now, updated_at=now)
+                                               revisions=0, created_at=now, updated_at=now)
                  .on_conflict_do_nothing(index_elements=["run_id"]))
     return run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
 
