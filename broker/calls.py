@@ -36,15 +36,13 @@ class CallRequest:
     take: int = 1
     chain_fingerprint: str = ""
     line: int | None = None
-    allow_repeat: bool = False  # the host's ledger policy let a semantic repeat through
 
     def to_wire(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "revision": self.revision,
                 "identity": str(self.identity), "capability": self.capability,
                 "payload": self.payload, "digest": self.digest,
                 "fingerprint": self.fingerprint, "take": self.take,
-                "chain_fingerprint": self.chain_fingerprint, "line": self.line,
-                "allow_repeat": self.allow_repeat}
+                "chain_fingerprint": self.chain_fingerprint, "line": self.line}
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> CallRequest:
@@ -54,7 +52,7 @@ class CallRequest:
                    digest=str(data["digest"]), fingerprint=str(data["fingerprint"]),
                    take=int(data.get("take") or 1),
                    chain_fingerprint=str(data.get("chain_fingerprint") or ""),
-                   line=data.get("line"), allow_repeat=bool(data.get("allow_repeat")))
+                   line=data.get("line"))
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from broker.charging import ProviderTerms
 from broker.errors import CapabilityDenied, InputError
 
 
@@ -132,6 +133,10 @@ class Capability(BaseModel):
     # printed in a report; the digest still covers them.
     secret_fields: frozenset[str] = frozenset()
 
+    @property
+    def terms(self) -> ProviderTerms:
+        return PROVIDER_TERMS[self.provider]
+
     def redact(self, payload: Any) -> Any:
         """``payload`` with every secret field's value replaced by ``"<secret>"``."""
         if not isinstance(payload, dict) or not self.secret_fields:
@@ -182,6 +187,17 @@ class Capability(BaseModel):
             raise InputError(f"not a {self.name} result: {problems}. Expected fields: "
                              f"{', '.join(self.result_model.model_fields) or 'any'}",
                              capability=self.name) from None
+
+
+# Per provider kind: does a failed request cost money, does the provider deduplicate by
+# Idempotency-Key? Image and text APIs may charge for work they then fail to deliver;
+# whether a deployment's provider honours keys is its operator's word
+# (``REVISE_PROVIDER_HONOURS_IDEMPOTENCY_KEY``, see ``Settings``).
+PROVIDER_TERMS: dict[str, ProviderTerms] = {
+    "images": ProviderTerms(honours_idempotency_key=False, charges_on_failure=True),
+    "text": ProviderTerms(honours_idempotency_key=False, charges_on_failure=True),
+    "dry-run": ProviderTerms(honours_idempotency_key=False, charges_on_failure=False),
+}
 
 
 def _cap(name, description, *, side_effecting, production, price, model, provider,

@@ -27,6 +27,7 @@ from typing import Any
 
 from broker.calls import CallReport, CallRequest, Outcome
 from broker.catalog import Capability, lookup
+from broker.charging import RATE_LIMIT_WAIT_CAP, Charge, ProviderTerms, charge_of
 from broker.crash_window import attempt_expired, mark_unresolved
 from broker.envelope import Budget, Envelope
 from broker.errors import (
@@ -35,22 +36,22 @@ from broker.errors import (
     CapabilityDenied,
     CapabilityError,
     LedgerUnavailable,
-    OutcomeUnknown,
     ReplayDivergence,
     RevisionNotRunning,
     SafetyStop,
     SemanticRepeatDenied,
     SlotConflict,
     StoreUnavailable,
+    TakeNotApproved,
 )
 from broker.grants import authorize
 from broker.heartbeats import AttemptHeartbeats
 from broker.identity import call_bytes, call_digest
-from broker.ledger import Ledger
+from broker.ledger import Ledger, LedgerAction, ledger_action
 from broker.owner import current_owner
-from broker.providers import CallContext, Provider, idempotency_key
-from broker.records import AttemptRecord, AttemptStatus, Begin, CallClaim, SlotRecord
-from broker.settings import Settings
+from broker.providers import CallContext, Provider
+from broker.records import AttemptRecord, AttemptStatus, Begin, CallClaim, PaidAt, SlotRecord
+from broker.settings import LedgerPolicy, Settings
 from broker.spool import CommitSpool
 from broker.store import RunStore
 
@@ -59,6 +60,7 @@ log = logging.getLogger("revise.broker")
 _OUTCOME_OF_STOP: dict[type, Outcome] = {
     ReplayDivergence: Outcome.DIVERGED, CapabilityDenied: Outcome.DENIED,
     BudgetExceeded: Outcome.DENIED, SemanticRepeatDenied: Outcome.DENIED,
+    TakeNotApproved: Outcome.DENIED,
 }
 
 
@@ -199,11 +201,25 @@ class Broker:
                                        "that does not match its payload",
                                        identity=str(request.identity))
             request = replace(request, payload=payload)
-            if not request.allow_repeat and self.ledger is not None:
+            if self._checks_ledger(capability) and self.ledger is not None:
                 self._ledger_precheck(request, self.ledger)
             checked.append((request, capability))
         begins = self._claim(checked)
         return [(r, c, b) for (r, c), b in zip(checked, begins, strict=True)]
+
+    def _checks_ledger(self, capability: Capability) -> bool:
+        """The ledger policy (the envelope's, else the deployment's) denies a repeat of
+        this capability; under warn or off a repeat pays (the host warned)."""
+        policy = LedgerPolicy(self.envelope.ledger_policy or self.settings.ledger_policy)
+        return ledger_action(policy, capability) is LedgerAction.DENY
+
+    def terms(self, capability: Capability) -> ProviderTerms:
+        """The catalog's terms for the capability's provider, with the deployment's word on
+        whether its HTTP provider honours idempotency keys."""
+        terms = capability.terms
+        if self.settings.provider == "http" and capability.provider != "dry-run":
+            terms = terms.with_keys(self.settings.provider_honours_idempotency_key)
+        return terms
 
     def _ledger_precheck(self, request: CallRequest, ledger: Ledger) -> None:
         """A fast look in the deployment's ledger copy; the claim transaction re-checks."""
@@ -218,24 +234,39 @@ class Broker:
             raise
         paid = [i for i in paid if i != request.identity]
         if paid:
-            raise self._repeat(request, str(paid[0]))
+            raise self._repeat(request, PaidAt(paid[0], 0, "committed"))
 
-    def _repeat(self, request: CallRequest, where: str) -> SemanticRepeatDenied:
+    def _repeat(self, request: CallRequest, paid: PaidAt) -> SemanticRepeatDenied:
+        where = str(paid.identity) + (f" (line {paid.line})" if paid.line else "")
+        if paid.why == "may have been charged":
+            how = (f"was sent at {where}, where the provider answered with an error after "
+                   "which it may have charged; it counts as paid until an operator decides "
+                   f"(`revise reconcile {request.run_id} '{paid.identity}' --result FILE` "
+                   "if the provider did the work, `--abandon` if it did not)")
+        elif paid.why == "in flight":
+            how = f"is being paid for at {where} (in this wave or a concurrent one)"
+        else:
+            how = f"was already paid at {where}"
         return SemanticRepeatDenied(
             f"semantic repeat at {request.identity}: this exact {request.capability} payload "
-            f"was already paid at {where}; denied before dispatch. Reuse that result, change "
-            "the payload, or declare another take with ctx.run(..., take=2)",
-            identity=str(request.identity), committed_identity=where)
+            f"{how}; denied before dispatch. Reuse the result of that call (keep one call "
+            "for the payload and pass its result on) or change the payload",
+            identity=str(request.identity), committed_identity=str(paid.identity),
+            committed_line=paid.line)
 
     def _claim(self, checked: list[tuple[CallRequest, Capability]]) -> list[Begin]:
         """The claim transaction, again until nothing is in the way: an open attempt of a
         live owner (a concurrent or redelivered copy still calling the provider) is
         waited for and then replayed; one whose owner is gone is marked unresolved."""
         first = checked[0][0]
+        approved = set(self.envelope.approved_takes)
         claims = [CallClaim(r.identity, c.name, r.digest,
-                            idempotency_key(r.run_id, str(r.identity)),
-                            check_ledger=not r.allow_repeat,
-                            payload=call_bytes(r.payload, r.take)) for r, c in checked]
+                            check_ledger=self._checks_ledger(c),
+                            payload=call_bytes(r.payload, r.take),
+                            dedupes=self.terms(c).honours_idempotency_key,
+                            lower_takes=tuple(call_digest(r.payload, k)
+                                              for k in range(1, r.take)),
+                            take_approved=c.name in approved) for r, c in checked]
         delay = 0.02
         while True:
             begins = self.store.begin_calls(
@@ -268,7 +299,18 @@ class Broker:
                 "stops before any new effect", identity=where,
                 committed_digest=begin.slot.digest, digest=request.digest)
         if begin.repeat is not None:
-            raise self._repeat(request, str(begin.repeat.identity))
+            raise self._repeat(request, begin.repeat)
+        if begin.take is not None:
+            paid = begin.take
+            raise TakeNotApproved(
+                f"take {request.take} at {where}: this {request.capability} payload was "
+                f"already paid at {paid.identity}" + (f" (line {paid.line})" if paid.line
+                                                      else "")
+                + f" in revision {paid.revision}, and a further take is a human's decision, "
+                "not a repair's. Reuse the committed result; a person who wants another "
+                f"take adds \"{request.capability}\" to the envelope's approved_takes",
+                identity=where, committed_identity=str(paid.identity),
+                capability=request.capability)
         if begin.over_budget is not None:
             raise BudgetExceeded(f"call at {where}: {begin.over_budget}", identity=where)
 
@@ -277,6 +319,15 @@ class Broker:
         """An open attempt is in the way. True while its owner is alive (wait); else it is
         unresolved, which stops a side-effecting call, and a read-only one is abandoned
         and retried (at most ``READ_ONLY_RETRIES`` times: its worker may keep dying)."""
+        if existing.status is AttemptStatus.UNCERTAIN:
+            raise AttemptUnresolved(
+                f"{request.identity} was sent in revision {existing.revision} (attempt "
+                f"#{existing.number}) and the provider answered with an error after which it "
+                "may have charged; this provider does not deduplicate by idempotency key, so "
+                "asking again may pay twice. Resolve it with `revise reconcile "
+                f"{request.run_id} '{request.identity}' --result FILE` if the provider did "
+                "the work, or `--abandon` if it did not", identity=str(request.identity),
+                attempt_id=existing.id)
         lease = self.settings.attempt_lease_seconds
         if existing.status is AttemptStatus.PENDING and not attempt_expired(
                 existing, lease, store_since=self.store.available_since):
@@ -312,10 +363,17 @@ class Broker:
             try:
                 answer = self._call_provider(request, capability, call, attempt)
             except CapabilityError as exc:
+                maybe = charge_of(exc, self.terms(capability)).charge is Charge.MAYBE
                 error = {**exc.to_json(), "identity": str(request.identity),
                          "status": exc.fields.get("status"),
-                         "code": exc.fields.get("provider_code", exc.code)}
-                self.store.fail_attempt(attempt.id, error)
+                         "code": exc.fields.get("provider_code", exc.code),
+                         "charged": "maybe" if maybe else "no"}
+                if maybe:
+                    error["message"] = (
+                        f"{exc.message}. The provider may have charged for this request: it "
+                        "counts as paid, and the same request is not paid for again in "
+                        "this run unless an operator says it was not charged")
+                self.store.fail_attempt(attempt.id, error, uncertain=maybe)
                 return CallReport(request.identity, capability.name, Outcome.FAILED,
                                   error=error, attempted=True, cost=capability.unit_price)
             slot = SlotRecord(run_id=request.run_id, identity=request.identity,
@@ -395,27 +453,28 @@ class Broker:
 
     def _call_provider(self, request: CallRequest, capability: Capability, call: CallContext,
                        attempt: AttemptRecord) -> Any:
-        """The provider's answer; an unknown outcome is retried with the same idempotency
-        key only when the provider honours it, else the attempt stays unresolved."""
-        retries = (self.settings.unknown_outcome_retries
-                   if getattr(self.provider, "honours_idempotency_key", False) else 0)
+        """The provider's answer. Asked again under the same idempotency key, at most
+        ``unknown_outcome_retries`` times, when it rate-limited the request (after its
+        Retry-After) or when it may have charged and honours keys (it answers with the
+        work it did); any other error is the attempt's answer. A provider that raises
+        something else may or may not have completed: the attempt is unresolved."""
+        terms = self.terms(capability)
+        retries = self.settings.unknown_outcome_retries
         for round_ in range(retries + 1):
             try:
                 return self.provider.execute(capability, request.payload, call)
-            except OutcomeUnknown as exc:
-                if round_ < retries:
-                    log.warning("outcome unknown at %s in run %s (%s); retrying with the same "
-                                "idempotency key", request.identity, request.run_id, exc.message)
-                    continue
-                mark_unresolved(self.store, attempt, by="revise",
-                                reason="the provider's outcome is unknown")
-                raise AttemptUnresolved(
-                    f"the provider call at {request.identity} may have completed: "
-                    f"{exc.message}. It is left unresolved (never retried blindly); resolve "
-                    f"it with `revise reconcile {request.run_id} '{request.identity}'`",
-                    identity=str(request.identity), attempt_id=attempt.id) from None
-            except CapabilityError:
-                raise
+            except CapabilityError as exc:
+                verdict = charge_of(exc, terms)
+                again = round_ < retries and (
+                    (verdict.charge is Charge.RATE_LIMITED
+                     and verdict.wait_seconds <= RATE_LIMIT_WAIT_CAP)
+                    or (verdict.charge is Charge.MAYBE and terms.honours_idempotency_key))
+                if not again:
+                    raise
+                log.warning("%s at %s in run %s (%s); asking again with the same "
+                            "idempotency key", verdict.charge, request.identity,
+                            request.run_id, exc.message)
+                time.sleep(verdict.wait_seconds or min(0.2 * 2 ** round_, 2.0))
             except Exception as exc:
                 # We cannot tell whether the provider completed: fail closed, never retry.
                 log.exception("provider failed at %s in run %s", request.identity,

@@ -54,6 +54,10 @@ class Envelope(_Policy):
     grants: list[str] = Field(default_factory=lambda: sorted(PRODUCTION_CAPABILITIES))
     approvals_required: list[str] = Field(default_factory=list)
     approvals: list[str] = Field(default_factory=list)
+    # A repair may pay a further take (``take=N``) of a payload the run already paid for
+    # only for the capabilities a human listed here: a second picture is a decision,
+    # never a way around the paid-payload ledger.
+    approved_takes: list[str] = Field(default_factory=list)
     budget: Budget = Field(default_factory=Budget)
     concurrency: int = Field(default=4, ge=1, le=64)
     call_timeout_seconds: float = Field(default=60.0, gt=0)
@@ -62,7 +66,7 @@ class Envelope(_Policy):
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)
     dry_run: bool = False
 
-    @field_validator("grants", "approvals_required", "approvals")
+    @field_validator("grants", "approvals_required", "approvals", "approved_takes")
     @classmethod
     def _known_capabilities(cls, names: list[str], info: Any) -> list[str]:
         return _check_names(names, info.field_name)

@@ -131,6 +131,13 @@ class SemanticRepeatDenied(SafetyStop):
     code = "semantic_repeat_denied"
 
 
+class TakeNotApproved(SafetyStop):
+    """A repair asked for a further take of a payload the run already paid for, and the
+    envelope does not approve further takes of that capability."""
+
+    code = "take_not_approved"
+
+
 class CapabilityDenied(SafetyStop):
     code = "capability_denied"
 
@@ -176,16 +183,6 @@ class CapabilityError(BrokerError):
     code = "capability_error"
 
 
-class OutcomeUnknown(BrokerError):
-    """The request left for the provider and no answer came back (timeout, connection
-    lost): the provider may or may not have done the work."""
-
-    code = "outcome_unknown"
-
-
-# ---- store ---------------------------------------------------------------------------------
-
-
 class StoreError(ReviseError):
     code = "store_error"
 
@@ -198,6 +195,13 @@ class SlotConflict(StoreError):
 
 class RunNotFound(StoreError):
     code = "run_not_found"
+
+
+class RunBusy(StoreError):
+    """A revision of the run is still running: one revision per run at a time, so two
+    revisions never pay for the same payload together."""
+
+    code = "run_busy"
 
 
 # ---- sandbox -------------------------------------------------------------------------------

@@ -102,3 +102,15 @@ def call_digest(normalized_payload: Any, take: int = 1) -> str:
     ``take`` > 1 declares a deliberate further take of a payload already paid for.
     """
     return sha256_hex(call_bytes(normalized_payload, take))
+
+
+IDEMPOTENCY_PREFIX = "revise-"
+
+
+def request_key(run_token: str, capability: str, digest: str) -> str:
+    """The idempotency key of one request: the run's random token (never its user-chosen
+    id, so two deployments never share keys), the capability and the call digest. The
+    same request carries the same key at any identity and in any revision of the run, so
+    a retry after an unknown outcome is deduplicated by a provider that honours keys; a
+    different payload (or take) never carries it."""
+    return IDEMPOTENCY_PREFIX + sha256_hex(f"{run_token}\0{capability}\0{digest}")[:32]

@@ -94,6 +94,9 @@ class Run(Base):
     revisions: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Random per run, never shown: the secret half of its requests' idempotency keys
+    # (``broker.identity.request_key``). NULL only in a row a migration could not fill.
+    token: Mapped[str | None] = mapped_column(String(64))
 
 
 class Revision(Base):
@@ -209,6 +212,7 @@ class Attempt(Base):
     __table_args__ = (
         UniqueConstraint("run_id", "site", "path", "occurrence", "number"),
         Index(None, "status"),
+        Index(None, "run_id", "capability", "digest"),  # uncertain and in-flight payments
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

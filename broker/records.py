@@ -14,13 +14,19 @@ from broker.identity import Identity
 class AttemptStatus(StrEnum):
     PENDING = "pending"  # written before dispatch; owner is (or was) calling the provider
     SUCCEEDED = "succeeded"  # provider answered and the slot is committed
-    FAILED = "failed"  # provider answered with an error; a later attempt may retry
+    FAILED = "failed"  # provider answered with an error it did not charge for
+    # The provider may have charged (a 5xx after the work, a timeout, an unusable answer):
+    # paid until proven otherwise. A request with the same key retries it where the
+    # provider honours keys; else an operator decides (``revise reconcile``).
+    UNCERTAIN = "uncertain"
     UNRESOLVED = "unresolved"  # owner died before commit; needs an operator decision
     ABANDONED = "abandoned"  # operator: the identity may execute once more
     RESOLVED = "resolved"  # operator wrote back a known result
 
 
 OPEN_ATTEMPT_STATUSES = frozenset({AttemptStatus.PENDING, AttemptStatus.UNRESOLVED})
+# What an operator may decide on (``revise reconcile``): open, or possibly charged.
+RECONCILABLE_ATTEMPT_STATUSES = OPEN_ATTEMPT_STATUSES | {AttemptStatus.UNCERTAIN}
 
 
 class RunStatus(StrEnum):
@@ -81,9 +87,26 @@ class CallClaim:
     identity: Identity
     capability: str
     digest: str
-    idempotency_key: str | None = None
-    check_ledger: bool = True  # False when the host's ledger policy let a repeat through
+    check_ledger: bool = True  # False when the ledger policy lets a semantic repeat pay
     payload: bytes | None = None  # the bytes whose sha256 is the payload blob's digest
+    # The provider deduplicates by Idempotency-Key: an uncertain payment of this very
+    # request is retried under its key instead of counting as a second payment.
+    dedupes: bool = False
+    # take > 1: the digests of this payload's lower takes, and whether the envelope
+    # approves a further take of this capability (``Envelope.approved_takes``).
+    lower_takes: tuple[str, ...] = ()
+    take_approved: bool = False
+
+
+@dataclass(frozen=True)
+class PaidAt:
+    """Where a request was paid before: a committed slot, or an attempt that may have
+    been charged (in flight, this wave's included; uncertain; unresolved)."""
+
+    identity: Identity
+    revision: int
+    why: str  # committed | in flight | may have been charged
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -91,26 +114,28 @@ class Begin:
     """The store's decision on one call of a wave (the wave is decided in one transaction).
 
     Exactly one field says what happened: committed already (``slot``: a replay, or a
-    divergence when it is another call), a stop (``repeat``, ``over_budget``), an open
-    attempt in the way (``attempt``, not ``claimed``), this revision's own failed attempt
-    (``failed``: answered again, never paid twice), a revision that is no longer running
-    (``stale``), or ours to spend (``attempt`` and ``claimed``). Nothing at all (every
-    field empty) when another call of the wave stopped or was in the way: the claim
-    transaction claims a whole wave or nothing.
+    divergence when it is another call), a stop (``repeat``, ``take``, ``over_budget``),
+    an open or uncertain attempt in the way (``attempt``, not ``claimed``), this
+    revision's own failed or uncertain attempt (``failed``: answered again, never paid
+    twice), a revision that is no longer running (``stale``), or ours to spend
+    (``attempt`` and ``claimed``). Nothing at all (every field empty) when another call
+    of the wave stopped or was in the way: the claim transaction claims a whole wave or
+    nothing.
     """
 
     slot: SlotRecord | None = None
-    repeat: SlotRecord | None = None  # the same payload paid at another identity before
+    repeat: PaidAt | None = None  # the same request paid (or maybe paid) before
+    take: PaidAt | None = None  # a further take of a paid payload, not approved
     over_budget: str | None = None  # why the budget does not allow one more attempt
-    attempt: AttemptRecord | None = None  # ours when ``claimed``, else the open one in the way
+    attempt: AttemptRecord | None = None  # ours when ``claimed``, else the one in the way
     claimed: bool = False
     failed: AttemptRecord | None = None
     stale: str | None = None  # the revision's status when it is no longer running
 
     def stops(self, capability: str, digest: str) -> bool:
         """Does this decision stop the wave (nothing of it may be dispatched)?"""
-        return (self.repeat is not None or self.over_budget is not None
-                or self.stale is not None
+        return (self.repeat is not None or self.take is not None
+                or self.over_budget is not None or self.stale is not None
                 or (self.slot is not None and not self.slot.same_call(capability, digest)))
 
     @property

@@ -76,12 +76,15 @@ class Settings(BaseSettings):
         default=Relocation.REMAP, description="remap: a committed call moved to a unique "
         "matching call expression replays there; stop: the paper's strict gate")
     unknown_outcome_retries: int = Field(
-        default=2, ge=0, le=10, description="retries, with the same idempotency key, of a "
-        "call whose outcome is unknown (timeout after the request left), only for providers "
-        "that honour the key; otherwise the attempt stays unresolved")
+        default=2, ge=0, le=10, description="times one attempt asks the provider again "
+        "under the same idempotency key: after a 429 (waiting its Retry-After, up to 30 s), "
+        "and after a failure it may have charged for (5xx, timeout, lost connection) only "
+        "when the provider honours keys; otherwise that attempt is uncertain: paid until "
+        "an operator decides")
     provider_honours_idempotency_key: bool = Field(
         default=False, description="the HTTP provider deduplicates requests that carry the "
-        "same Idempotency-Key (then an unknown outcome is retried with it)")
+        "same Idempotency-Key: a failure it may have charged for is asked again with the "
+        "key, and a later call for the same request in the run reuses it")
     # Fail-closed switch: the permissive opt-out is an explicit operator decision.
     ledger_fail_closed: bool = True
     attempt_lease_seconds: float = Field(

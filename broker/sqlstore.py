@@ -9,6 +9,7 @@ and turns connectivity failures into ``StoreUnavailable`` (fail closed).
 from __future__ import annotations
 
 import random
+import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -39,8 +40,8 @@ from sqlalchemy.exc import (
 
 from broker import models
 from broker import statements as sql
-from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
-from broker.identity import Identity, sha256_hex
+from broker.errors import RunBusy, RunNotFound, SlotConflict, StoreError, StoreUnavailable
+from broker.identity import Identity, request_key, sha256_hex
 from broker.migrations import upgrade
 from broker.models import (
     attempt_record,
@@ -63,6 +64,7 @@ from broker.outage import describe, where
 from broker.owner import current_owner
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
+    RECONCILABLE_ATTEMPT_STATUSES,
     AttemptEvent,
     AttemptRecord,
     AttemptStatus,
@@ -73,6 +75,7 @@ from broker.records import (
     EventRecord,
     JobRecord,
     JobStatus,
+    PaidAt,
     RevisionEnd,
     RevisionRecord,
     RunRecord,
@@ -93,8 +96,12 @@ T = TypeVar("T")
 
 
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
+_RECONCILABLE = [s.value for s in RECONCILABLE_ATTEMPT_STATUSES]
 _COMMITTED = {AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
 _NOT_CLAIMABLE = {*_OPEN, *_COMMITTED}
+# Attempts that may have paid for their request: in flight, possibly charged, unknown.
+_MAYBE_PAID = [AttemptStatus.PENDING.value, AttemptStatus.UNCERTAIN.value,
+               AttemptStatus.UNRESOLVED.value]
 _TRANSIENT = {"40001", "40P01"}  # serialization failure, deadlock detected
 _TRANSIENT_RETRIES = 3
 
@@ -108,7 +115,8 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     validate_name("run id", run_id)
     now = models.utcnow()
     conn.execute(sql.upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
-                                               revisions=0, created_at=now, updated_at=now)
+                                               revisions=0, created_at=now, updated_at=now,
+                                               token=secrets.token_hex(16))
                  .on_conflict_do_nothing(index_elements=["run_id"]))
     return run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
 
@@ -132,6 +140,15 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     touched = conn.execute(update(runs).where(runs.c.run_id == run_id).values(updated_at=now))
     if touched.rowcount == 0:
         raise RunNotFound(f"run {run_id!r} does not exist; create it first", run_id=run_id)
+    running = conn.execute(select(revisions.c.revision, revisions.c.owner).where(
+        revisions.c.run_id == run_id, revisions.c.status == "running").limit(1)).first()
+    if running is not None:
+        raise RunBusy(
+            f"run {run_id!r} has revision {running.revision} still running (owner "
+            f"{running.owner or 'unknown'}); one revision of a run runs at a time, so that two "
+            f"never pay for the same call. Wait for it (`revise status {run_id}`) and submit "
+            "again; a revision whose runner died is failed once its lease expires",
+            run_id=run_id, revision=running.revision)
     latest = conn.execute(select(func.max(revisions.c.revision))
                           .where(revisions.c.run_id == run_id)).scalar()
     number = (latest or 0) + 1
@@ -188,24 +205,25 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
                     claims: Sequence[CallClaim], *, budget: BudgetCheck | None,
                     price_of: Callable[[str], float]) -> list[Begin]:
     """Decide and record the calls of one wave in one transaction: for each, committed
-    already? paid at another identity by another revision (earlier, or a concurrent one
-    that committed first)? an open attempt in the way? within budget? else claim the next
-    attempt and store the payload blob.
+    already? an attempt of it in the way? paid (or maybe paid) anywhere in the run, this
+    revision and this wave included? a further take nobody approved? within budget? else
+    claim the next attempt under the request's key and store the payload blob.
 
     A wave is claimed whole or not at all: when any of its calls stops (a divergence, a
-    semantic repeat, the budget) or finds an open attempt in the way, ``WaveRefused``
-    rolls the transaction back and nothing is claimed, so a stop anywhere in a wave
-    dispatches none of it. A revision that is no longer running (finished, or lost and
-    failed by the reconciler) claims nothing either: a late delivery never spends.
+    semantic repeat, an unapproved take, the budget) or finds an attempt in the way,
+    ``WaveRefused`` rolls the transaction back and nothing is claimed, so a stop anywhere
+    in a wave dispatches none of it. A revision that is no longer running (finished, or
+    lost and failed by the reconciler) claims nothing either: a late delivery never spends.
 
     The run's row is locked first (PostgreSQL; SQLite writers hold the database lock),
     so concurrent broker workers of one run decide one after the other and can never
-    spend past the budget together.
+    spend past the budget, or pay one request twice, together.
     """
     status = conn.execute(sql.revision_head(conn.dialect.name),
                           {"run_id": run_id, "revision": revision}).scalar()
     if status != "running":
         return [Begin(stale=status or "missing")] * len(claims)
+    token = _run_token(conn, run_id)
     calls, cost = _spent_txn(conn, run_id, price_of) if budget is not None else (0, 0.0)
     decisions: list[Begin] = []
     for claim in claims:
@@ -219,7 +237,7 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
                 put_blob_txn(conn, run_id, "payload", claim.payload)
             begin = Begin(claimed=True, attempt=_insert_attempt_txn(
                 conn, run_id, claim.identity, claim.capability, claim.digest, revision,
-                owner, claim.idempotency_key, latest))
+                owner, request_key(token, claim.capability, claim.digest), latest))
             calls, cost = calls + 1, cost + price_of(claim.capability)
         decisions.append(begin)
     if any(d.in_the_way or d.stops(c.capability, c.digest)
@@ -245,27 +263,67 @@ def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim,
     """What stands in the way of claiming ``claim`` (None: nothing does); ``latest`` is the
     identity's latest attempt row."""
     where = sql.at(claim.identity, run_id)
-    if claim.check_ledger:  # one read: the slot at the identity first, else a paid twin
-        row = conn.execute(sql.SLOT_OR_PAID, where | {
-            "capability": claim.capability, "digest": claim.digest, "revision": revision}
-        ).first()
-    else:
-        row = conn.execute(sql.SLOT_AT, where).first()
+    request = where | {"capability": claim.capability, "digest": claim.digest}
+    # One read: the slot at the identity first, else a paid twin anywhere in the run.
+    row = conn.execute(sql.SLOT_OR_PAID if claim.check_ledger else sql.SLOT_AT,
+                       request).first()
+    found = None if row is None else slot_record(row)
+    if found is not None and found.identity == claim.identity:
+        return Begin(slot=found)
+    own = _own_attempt(conn, revision, claim, latest)
+    if own is not None:
+        return own
+    if found is not None:
+        return Begin(repeat=PaidAt(found.identity, found.revision, "committed", found.line))
+    if not claim.check_ledger:
+        return None
+    statuses = [AttemptStatus.PENDING.value] if claim.dedupes else _MAYBE_PAID
+    row = conn.execute(sql.ATTEMPT_PAID_ELSEWHERE, request | {"statuses": statuses}).first()
     if row is not None:
-        found = slot_record(row)
-        return Begin(slot=found) if found.identity == claim.identity else Begin(repeat=found)
+        paid = attempt_record(row)
+        return Begin(repeat=PaidAt(paid.identity, paid.revision,
+                                   "in flight" if paid.status is AttemptStatus.PENDING
+                                   else "may have been charged"))
+    if claim.lower_takes and not claim.take_approved and revision > 1:
+        row = conn.execute(sql.LOWER_TAKE_PAID, {
+            "run_id": run_id, "capability": claim.capability,
+            "digests": list(claim.lower_takes), "revision": revision}).first()
+        if row is not None and conn.execute(sql.TAKE_ASKED_BEFORE, request | {
+                "revision": revision}).first() is None:
+            paid_slot = slot_record(row)
+            return Begin(take=PaidAt(paid_slot.identity, paid_slot.revision, "committed",
+                                     paid_slot.line))
+    return None
+
+
+def _run_token(conn: Connection, run_id: str) -> str:
+    token = conn.execute(sql.RUN_TOKEN, {"run_id": run_id}).scalar()
+    if token is None:  # a run row written before tokens; give it one now, once
+        conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.token.is_(None))
+                     .values(token=secrets.token_hex(16)))
+        token = conn.execute(sql.RUN_TOKEN, {"run_id": run_id}).scalar()
+    return str(token)
+
+
+def _own_attempt(conn: Connection, revision: int, claim: CallClaim, latest: Any
+                 ) -> Begin | None:
+    """The identity's own latest attempt, when it decides the call."""
     if latest is None:
         return None
     if latest.status in _COMMITTED:
         # Committed between the slot read and this one (PostgreSQL reads each statement's
         # own snapshot): read the slot again and replay it.
-        row = conn.execute(sql.SLOT_AT, where).first()
+        row = conn.execute(sql.SLOT_AT, sql.at(claim.identity, latest.run_id)).first()
         return Begin(slot=slot_record(row)) if row is not None else Begin(
             attempt=attempt_record(latest))
     if latest.status in _OPEN:
         return Begin(attempt=attempt_record(latest))
-    if latest.status == AttemptStatus.FAILED.value and latest.revision == revision:
+    answered = latest.status in (AttemptStatus.FAILED.value, AttemptStatus.UNCERTAIN.value)
+    if answered and latest.revision == revision:
         return Begin(failed=attempt_record(latest))  # a redelivery: the same answer again
+    if (latest.status == AttemptStatus.UNCERTAIN.value and latest.digest == claim.digest
+            and claim.check_ledger and not claim.dedupes):
+        return Begin(attempt=attempt_record(latest))  # maybe paid: an operator decides
     return None
 
 
@@ -318,8 +376,9 @@ def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus
     if (status is AttemptStatus.RESOLVED) != (slot is not None):
         raise StoreError("pass the known result slot exactly when resolving as 'resolved'")
     # Unresolved is the detector's verdict on a pending attempt; the operator's
-    # decisions (abandoned, resolved) close a pending or unresolved one.
-    allowed = (AttemptStatus.PENDING.value,) if status is AttemptStatus.UNRESOLVED else _OPEN
+    # decisions (abandoned, resolved) close a pending, unresolved or uncertain one.
+    allowed = ((AttemptStatus.PENDING.value,) if status is AttemptStatus.UNRESOLVED
+               else _RECONCILABLE)
     row = conn.execute(
         update(attempts).where(attempts.c.id == attempt_id, attempts.c.status.in_(allowed))
         .values(status=status.value, resolved_by=operator, resolved_reason=reason,
@@ -694,10 +753,12 @@ class SqlStore:
             raise SlotConflict(_conflict_text(stored), identity=slot.identity)
         return stored
 
-    def fail_attempt(self, attempt_id: int, error: dict[str, Any]) -> None:
-        """Mark an open attempt failed; an attempt already settled keeps its status."""
-        self._settle(attempt_id, "failing an attempt",
-                     status=AttemptStatus.FAILED.value, error=error)
+    def fail_attempt(self, attempt_id: int, error: dict[str, Any], *,
+                     uncertain: bool = False) -> None:
+        """Mark an open attempt failed, or uncertain when the provider may have charged for
+        it (``broker.charging``); an attempt already settled keeps its status."""
+        status = AttemptStatus.UNCERTAIN if uncertain else AttemptStatus.FAILED
+        self._settle(attempt_id, "failing an attempt", status=status.value, error=error)
 
     def heartbeat_attempts(self, attempt_ids: Collection[int]) -> None:
         """Renew the heartbeat of those of ``attempt_ids`` that are still pending."""

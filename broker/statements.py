@@ -41,14 +41,36 @@ ATTEMPTS_OF_REVISION = (select(attempts).where(attempts.c.run_id == bindparam("r
                         .order_by(attempts.c.id))
 LATEST_ATTEMPT = (select(attempts).where(_at(attempts)).order_by(attempts.c.number.desc())
                   .limit(1))
-# The slot at the identity first, else a slot of another revision with the same call
-# (the paid-payload ledger): one read for both questions.
+# The slot at the identity first, else a slot elsewhere in the run with the same call
+# (the paid-payload ledger, every revision including this one): one read for both.
 _PAID_ELSEWHERE = ((slots.c.run_id == bindparam("run_id"))
                    & (slots.c.capability == bindparam("capability"))
-                   & (slots.c.digest == bindparam("digest"))
-                   & (slots.c.revision != bindparam("revision")))
+                   & (slots.c.digest == bindparam("digest")))
 SLOT_OR_PAID = (select(slots).where(_at(slots) | _PAID_ELSEWHERE)
                 .order_by(case((_at(slots), 0), else_=1)).limit(1))
+# An attempt at another identity that may have paid for the same request: in flight,
+# or answered with an error the provider may have charged for.
+ATTEMPT_PAID_ELSEWHERE = (
+    select(attempts).where(attempts.c.run_id == bindparam("run_id"),
+                           attempts.c.capability == bindparam("capability"),
+                           attempts.c.digest == bindparam("digest"),
+                           attempts.c.status.in_(bindparam("statuses", expanding=True)),
+                           ~_at(attempts))
+    .order_by(attempts.c.id).limit(1))
+# A lower take of the payload committed by an earlier revision (a further take needs an
+# approval), and whether an earlier revision already asked for this very take.
+LOWER_TAKE_PAID = (
+    select(slots).where(slots.c.run_id == bindparam("run_id"),
+                        slots.c.capability == bindparam("capability"),
+                        slots.c.digest.in_(bindparam("digests", expanding=True)),
+                        slots.c.revision < bindparam("revision"))
+    .order_by(slots.c.id).limit(1))
+TAKE_ASKED_BEFORE = (
+    select(attempts.c.id).where(attempts.c.run_id == bindparam("run_id"),
+                                attempts.c.capability == bindparam("capability"),
+                                attempts.c.digest == bindparam("digest"),
+                                attempts.c.revision < bindparam("revision")).limit(1))
+RUN_TOKEN = select(runs.c.token).where(runs.c.run_id == bindparam("run_id"))
 INSERT_ATTEMPT = insert(attempts).returning(*attempts.c)
 SUCCEED_ATTEMPT = (update(attempts)
                    .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN))

@@ -13,6 +13,7 @@ from broker.errors import ReviseError, RunNotFound
 from broker.identity import Identity
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
+    RECONCILABLE_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
     RevisionRecord,
@@ -88,7 +89,7 @@ def describe_run(store: RunStore, run_id: str, *, artifacts_in: str | None = Non
         "artifacts": _artifacts(slots, artifacts_in),
         "attempts_open": [{"id": a.id, "identity": str(a.identity), "status": str(a.status),
                            "owner": a.owner} for a in attempts
-                          if a.status in OPEN_ATTEMPT_STATUSES],
+                          if a.status in RECONCILABLE_ATTEMPT_STATUSES],
         "events": [{"time": e.created_at.isoformat(), "revision": e.revision, "kind": e.kind,
                     "identity": e.identity, "message": e.message} for e in events],
     }

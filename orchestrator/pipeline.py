@@ -29,6 +29,7 @@ from broker.store import RunStore
 from orchestrator.admission import Admission, Refusal, admit
 from orchestrator.certificate import build_certificate, verify
 from orchestrator.inputs import envelope_bytes
+from orchestrator.reconcile import sweep_revisions
 from orchestrator.report import (
     CallCounts,
     CertificateReport,
@@ -100,6 +101,9 @@ class Pipeline:
         source = decode_source(script)
         args_text = args_json(args, envelope)
         slots = self.store.open_run(run_id)
+        # One revision of a run runs at a time: one whose runner is gone is failed first,
+        # so that a crashed run can be repaired at once (a live one makes this RunBusy).
+        sweep_revisions(self.store, self.settings.revision_lease_seconds, run_id=run_id)
         decided = admit(source, slots, relocation=str(self.settings.relocation))
         accepted = None if isinstance(decided, Refusal) else decided
 

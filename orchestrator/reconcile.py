@@ -25,6 +25,7 @@ from broker.owner import owner_alive
 from broker.providers.log import ProviderLog
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
+    RECONCILABLE_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
     JobStatus,
@@ -75,9 +76,10 @@ class LostRevision:
     reason: str
 
 
-def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | None = None
-                    ) -> list[LostRevision]:
-    """Mark running revisions whose owner is gone ``failed`` with the reason named.
+def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | None = None,
+                    run_id: str | None = None) -> list[LostRevision]:
+    """Mark running revisions (of ``run_id``, else of every run) whose owner is gone
+    ``failed`` with the reason named.
 
     An owner on this host that died is seen at once; elsewhere the lease expires
     ``lease_seconds`` after its last renewal. A revision whose job was accepted and
@@ -87,6 +89,8 @@ def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | No
     now = now or datetime.now(UTC)
     lost = []
     for rev in store.running_revisions():
+        if run_id is not None and rev.run_id != run_id:
+            continue
         if not lease_expired(rev.owner, rev.heartbeat_at or rev.created_at, lease_seconds,
                              now, store_since=store.available_since):
             continue
@@ -102,7 +106,8 @@ def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | No
         if lose_revision(store, rev.run_id, rev.revision, reason,
                          seen_heartbeat=rev.heartbeat_at):
             lost.append(LostRevision(rev.run_id, rev.revision, reason))
-    settle_runs(store)
+    if run_id is None:
+        settle_runs(store)
     return lost
 
 
@@ -154,7 +159,7 @@ def _open_attempt(store: RunStore, run_id: str, identity: Identity) -> AttemptRe
         raise InputError(f"run {run_id!r} has no attempt at {identity}; "
                          "`revise attempts --unresolved` lists the open ones")
     latest = attempts[-1]
-    if latest.status not in OPEN_ATTEMPT_STATUSES:
+    if latest.status not in RECONCILABLE_ATTEMPT_STATUSES:
         raise InputError(f"the latest attempt at {identity} is {latest.status}; there is "
                          "nothing to reconcile")
     if latest.status is AttemptStatus.PENDING and owner_alive(latest.owner) is not False:

@@ -222,8 +222,10 @@ def _repeat(context: RepairContext, error: dict[str, Any], report: Mapping[str, 
         text.append(f"    payload: {payload_text(capability, committed.payload, catalog)}")
     text.append(lines.at(identity).lstrip("\n"))
     text.append("Reuse the committed result: keep exactly one call with that expression and "
-                "data (it replays for free), change this call's payload if you want new "
-                "work, or declare a deliberate further take with ctx.run(..., take=2).")
+                "data (it replays for free) and pass its result to where this call needs "
+                "it, or change this call's payload if you want different work. Adding "
+                "take= does not help: a further take of a paid payload needs a person's "
+                "approval in the envelope.")
     return "\n".join(t for t in text if t)
 
 

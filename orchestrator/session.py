@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -327,8 +327,8 @@ class Session:
             self.latch(SemanticRepeatDenied(
                 f"{call.identity} is committed with this very call, but this revision "
                 "already replayed that result to another call with the same expression and "
-                "payload; a committed identity cannot be paid again. Keep one such call, or "
-                "declare the other a further take with ctx.run(..., take=2)",
+                "payload; a committed identity cannot be paid again. Keep one such call and "
+                "pass its result to where the other one needs it",
                 identity=str(call.identity), committed_identity=str(slot.identity),
                 committed_line=slot.line))
             return None
@@ -347,15 +347,15 @@ class Session:
         if action is LedgerAction.DENY:
             self._record(Recorded(call.identity, call.capability, Outcome.DENIED))
             self.latch(SemanticRepeatDenied(
-                message + "; denied before dispatch. Reuse that result, change the payload, "
-                "or declare another take with ctx.run(..., take=2)",
+                message + "; denied before dispatch. Reuse the result of that call (keep one "
+                "call for the payload and pass its result on) or change the payload",
                 identity=str(call.identity), committed_identity=str(slot.identity),
                 committed_line=slot.line))
             return None
         if action is LedgerAction.WARN:
             self.warnings.append(message)
             self._event("semantic_repeat", message, call.identity)
-        return replace(request, allow_repeat=True)
+        return request
 
     def _execute_wave(self, calls: list[tuple[int, CallRequest]]) -> None:
         if self._latched.is_set():

@@ -140,7 +140,6 @@ class CallRequestWire(_Message):
     take: int = 1
     chain_fingerprint: str = ""
     line: int | None = None
-    allow_repeat: bool = False
 
 
 WAVE_CALLS = 64  # calls of one wave in one capability task at most (workers.remote)

@@ -4,7 +4,6 @@ from broker.providers.base import (
     CallContext,
     Provider,
     ProviderResult,
-    idempotency_key,
     provider_error,
 )
 from broker.providers.dryrun import DryRunProvider
@@ -26,6 +25,5 @@ __all__ = [
     "ProviderResult",
     "RoutingProvider",
     "build_provider",
-    "idempotency_key",
     "provider_error",
 ]

@@ -13,9 +13,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from broker.catalog import Capability
 from broker.errors import CapabilityError
-from broker.identity import sha256_hex
-
-IDEMPOTENCY_PREFIX = "revise-"
 
 
 @dataclass(frozen=True)
@@ -25,13 +22,8 @@ class CallContext:
 
     run_id: str
     identity: str
-    idempotency_key: str
+    idempotency_key: str  # ``broker.identity.request_key``: one key per request
     timeout_seconds: float | None = None
-
-    @classmethod
-    def for_call(cls, run_id: str, identity: str) -> CallContext:
-        return cls(run_id=run_id, identity=identity,
-                   idempotency_key=idempotency_key(run_id, identity))
 
 
 @dataclass(frozen=True)
@@ -47,15 +39,6 @@ class Provider(Protocol):
 
     def execute(self, capability: Capability, payload: dict,
                 call: CallContext) -> ProviderResult: ...
-
-
-def idempotency_key(run_id: str, identity: str) -> str:
-    """Stable key for (run, identity): a retry of the same call reuses it.
-
-    Providers that honour ``Idempotency-Key`` then deduplicate a retry after a
-    timeout or a crash instead of charging twice.
-    """
-    return IDEMPOTENCY_PREFIX + sha256_hex(f"{run_id}\0{identity}")[:32]
 
 
 def provider_error(capability: Capability, call: CallContext, message: str, *,

@@ -1,9 +1,13 @@
 """HTTP adapters for OpenAI-compatible image and chat APIs.
 
-Each request carries ``Idempotency-Key`` derived from (run, identity), so a
-retry of the same call after a timeout lets the provider deduplicate instead
-of charging twice. HTTP failures become ``CapabilityError`` with a stable
-``provider_code`` and a ``retryable`` flag. The API key lives only in the
+Each request carries the ``Idempotency-Key`` of that request (``broker.identity.
+request_key``: run token, capability, payload digest), so a retry of the same
+request after a timeout lets a provider that honours keys deduplicate instead of
+charging twice, and a changed payload never reuses a key. HTTP failures become
+``CapabilityError`` with a stable ``provider_code`` and a ``retryable`` flag; the
+broker reads from them whether the provider may have charged (``broker.charging``):
+``connection_error`` means the request never left, ``timeout`` and
+``connection_lost`` that it did. The API key lives only in the
 request header: it is redacted from every message this module builds.
 """
 
@@ -84,6 +88,12 @@ class _OpenAIAdapter:
             else min(self.timeout, call.timeout_seconds)
         try:
             response = self._client.post(url, json=body, headers=headers, timeout=timeout)
+        except httpx.ConnectTimeout:
+            raise provider_error(
+                capability, call,
+                f"{capability.name}: could not connect to the provider at {self.base_url} "
+                f"within {timeout:g}s; the request never left", status=None,
+                provider_code="connection_error", retryable=True) from None
         except httpx.TimeoutException:
             raise provider_error(
                 capability, call,
@@ -91,12 +101,20 @@ class _OpenAIAdapter:
                 "the provider may have completed the request (and charged for it); a retry "
                 "with the same Idempotency-Key lets it return that result instead",
                 status=None, provider_code="timeout", retryable=True) from None
-        except httpx.HTTPError as exc:
+        except (httpx.ConnectError, httpx.UnsupportedProtocol, httpx.LocalProtocolError
+                ) as exc:
             raise provider_error(
                 capability, call,
                 f"{capability.name}: could not reach the provider at {self.base_url} "
                 f"({type(exc).__name__}: {self._redact(str(exc))}); check the base URL",
                 status=None, provider_code="connection_error", retryable=True) from None
+        except httpx.HTTPError as exc:
+            raise provider_error(
+                capability, call,
+                f"{capability.name}: the connection to the provider broke after the request "
+                f"was sent ({type(exc).__name__}: {self._redact(str(exc))}); the provider "
+                "may have completed it (and charged for it)",
+                status=None, provider_code="connection_lost", retryable=True) from None
         if response.status_code >= 400:
             raise self._http_error(capability, call, response)
         try:

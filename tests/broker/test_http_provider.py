@@ -10,13 +10,13 @@ from broker import png
 from broker.artifacts import MemoryArtifactStore
 from broker.catalog import lookup
 from broker.errors import CapabilityError, ConfigError
+from broker.identity import request_key
 from broker.providers import (
     CallContext,
     OpenAIChatProvider,
     OpenAIImagesProvider,
     ProviderLog,
     build_provider,
-    idempotency_key,
 )
 from broker.settings import Settings
 from tests.fakes import (
@@ -36,8 +36,9 @@ from tests.fakes import (
 IMAGE = lookup("image.generate")
 
 
-def ctx(identity: str = "orchestrate/#0@:0", run_id: str = "run-h") -> CallContext:
-    return CallContext.for_call(run_id, identity)
+def ctx(identity: str = "orchestrate/#0@:0", run_id: str = "run-h",
+        digest: str = "d") -> CallContext:
+    return CallContext(run_id, identity, request_key(run_id, "image.generate", digest))
 
 
 @pytest.fixture
@@ -94,22 +95,21 @@ def test_image_ok_stores_decoded_png(server, images, store):
     assert request.body == {"model": "local-image-1", "prompt": "fox", "size": "1536x1024",
                             "n": 1, "response_format": "b64_json"}
     assert request.headers["authorization"] == f"Bearer {FAKE_API_KEY}"
-    assert request.headers["idempotency-key"] == idempotency_key("run-h", "orchestrate/#0@:0")
+    assert request.headers["idempotency-key"] == ctx().idempotency_key
     assert FAKE_API_KEY not in json.dumps(out.result)
 
 
-def test_idempotency_key_stable_across_retry_and_distinct_across_identities(
-        server, images):
+def test_each_request_carries_the_key_the_broker_gave_it(server, images):
     server.queue(IMAGES, error(500))
     with pytest.raises(CapabilityError) as caught:
         images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:0"))
     assert caught.value.retryable
-    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:0"))  # the retry of the same identity
-    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:1"))
-    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:0", run_id="other-run"))
+    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:0"))  # the same request again
+    images.execute(IMAGE, {"prompt": "fox"}, ctx("s@:1"))  # the same request elsewhere
+    images.execute(IMAGE, {"prompt": "owl"}, ctx("s@:0", digest="other"))
     keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
-    assert keys[0] == keys[1] == idempotency_key("run-h", "s@:0")
-    assert len({keys[1], keys[2], keys[3]}) == 3
+    assert keys[0] == keys[1] == keys[2] == ctx("s@:0").idempotency_key
+    assert keys[3] != keys[0]
 
 
 @pytest.mark.parametrize(("behaviour", "status", "code", "retryable"), [

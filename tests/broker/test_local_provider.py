@@ -10,7 +10,7 @@ from broker import png
 from broker.artifacts import ArtifactRef, FileArtifactStore, MemoryArtifactStore
 from broker.catalog import lookup
 from broker.errors import CapabilityError
-from broker.identity import payload_digest
+from broker.identity import payload_digest, request_key
 from broker.providers import (
     SUPPORTED_SIZES,
     CallContext,
@@ -20,7 +20,6 @@ from broker.providers import (
     Provider,
     ProviderLog,
     build_provider,
-    idempotency_key,
 )
 from broker.settings import Settings
 
@@ -28,7 +27,7 @@ IMAGE = lookup("image.generate")
 
 
 def ctx(identity: str = "orchestrate/#0@:0", run_id: str = "run-1") -> CallContext:
-    return CallContext.for_call(run_id, identity)
+    return CallContext(run_id, identity, request_key("token", "image.generate", identity))
 
 
 @pytest.fixture
@@ -38,13 +37,13 @@ def provider() -> LocalProvider:
 
 # ---- idempotency key -------------------------------------------------------------------------
 
-def test_idempotency_key_is_stable_and_distinct():
-    assert idempotency_key("r", "a@:0") == idempotency_key("r", "a@:0")
-    assert idempotency_key("r", "a@:0") != idempotency_key("r", "a@:1")
-    assert idempotency_key("r", "a@:0") != idempotency_key("r2", "a@:0")
-    key = idempotency_key("r", "a@:0")
+def test_request_key_names_the_request_and_the_run_token():
+    key = request_key("t", "image.generate", "d1")
+    assert key == request_key("t", "image.generate", "d1")  # the same request: same key
+    assert key != request_key("t", "image.generate", "d2")  # another payload never
+    assert key != request_key("t", "text.generate", "d1")
+    assert key != request_key("t2", "image.generate", "d1")  # another run (or deployment)
     assert key.startswith("revise-") and len(key) == len("revise-") + 32
-    assert ctx().idempotency_key == idempotency_key("run-1", "orchestrate/#0@:0")
 
 
 # ---- determinism -----------------------------------------------------------------------------
@@ -221,7 +220,7 @@ def test_logged_provider_writes_ok_and_rejected_calls(tmp_path):
     assert ok == {"ts": ok["ts"], "run_id": "run-1", "identity": "a@:0",
                   "capability": "image.generate", "digest": payload_digest(ok_payload),
                   "outcome": "ok", "status": None, "error_code": None,
-                  "idempotency_key": idempotency_key("run-1", "a@:0"), "provider": "local",
+                  "idempotency_key": ctx("a@:0").idempotency_key, "provider": "local",
                   "idempotency_covered": False, "result": result.result}
     assert result.result["prompt"] == "fox"
     assert rejected["outcome"] == "error" and rejected["status"] == 400

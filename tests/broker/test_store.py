@@ -281,6 +281,76 @@ def test_a_finished_revision_claims_nothing_and_a_failed_call_is_answered_again(
     assert [a.number for a in store.list_attempts(RUN)] == [0, 1]
 
 
+def test_one_request_is_paid_once_in_a_revision_in_flight_or_uncertain(store):
+    """The ledger counts this revision too: a committed slot, an attempt in flight, an
+    uncertain attempt (the provider may have charged) and another call of the same wave
+    all make the same request at another identity a semantic repeat."""
+    store.ensure_run(RUN)
+    at = [Identity("orchestrate/#0", (), i) for i in range(6)]
+    first = begin(store, at[0], digest="p")
+    assert begin(store, at[1], digest="p").repeat.why == "in flight"
+    store.fail_attempt(first.attempt.id, {"code": "capability_error"}, uncertain=True)
+    assert store.list_attempts(RUN)[0].status is AttemptStatus.UNCERTAIN
+    maybe = begin(store, at[1], digest="p")
+    assert maybe.repeat.why == "may have been charged" and maybe.repeat.identity == at[0]
+    # A provider that deduplicates by key answers the same request under its key: retried.
+    retried = begin_wave(store, [CallClaim(at[1], "llm.text", "p", dedupes=True)])[0]
+    assert retried.claimed and retried.attempt.idempotency_key == first.attempt.idempotency_key
+    store.commit(slot(at[1], digest="p"), retried.attempt.id)
+    assert begin(store, at[2], digest="p").repeat.why == "committed"
+    twins = begin_wave(store, [CallClaim(at[3], "llm.text", "q"),
+                               CallClaim(at[4], "llm.text", "q")])
+    assert twins[1].repeat.why == "in flight" and twins[1].repeat.identity == at[3]
+    assert not twins[0].claimed  # the wave claims nothing
+    # Under a policy that lets repeats pay (warn/off), they pay.
+    allowed = begin_wave(store, [CallClaim(at[5], "llm.text", "p", check_ledger=False)])[0]
+    assert allowed.claimed
+
+
+def test_keys_name_the_request_and_a_run_token_never_the_run_id(store, tmp_path):
+    store.ensure_run(RUN)
+    one = begin(store, Identity("orchestrate/#0", (), 0), digest="a")
+    other = begin(store, Identity("orchestrate/#0", (), 1), digest="b")
+    assert one.attempt.idempotency_key != other.attempt.idempotency_key
+    elsewhere = SqlStore.open(f"sqlite:///{tmp_path / 'other.db'}")
+    try:  # another deployment, the same run id and request: another key
+        elsewhere.ensure_run(RUN)
+        elsewhere.add_revision(RUN, "# src", "h")
+        theirs = elsewhere.begin_calls(RUN, 1, "w", [CallClaim(
+            Identity("orchestrate/#0", (), 0), "llm.text", "a")], budget=None,
+            price_of=lambda name: 0.0)[0]
+    finally:
+        elsewhere.close()
+    assert theirs.claimed and theirs.attempt.idempotency_key != one.attempt.idempotency_key
+
+
+def test_an_uncertain_attempt_stops_a_later_revision_unless_the_provider_dedupes(store):
+    store.ensure_run(RUN)
+    first = begin(store, IDENT, digest="p")
+    store.fail_attempt(first.attempt.id, {"code": "capability_error"}, uncertain=True)
+    assert begin(store, IDENT, digest="p").failed is not None  # the same revision: answered
+    store.finish_revision(RUN, 1, "failed", {})
+    blocked = begin(store, IDENT, digest="p", revision=2)
+    assert blocked.in_the_way and blocked.attempt.status is AttemptStatus.UNCERTAIN
+    changed = begin(store, IDENT, digest="other", revision=2)  # another request: its own key
+    assert changed.claimed
+    assert changed.attempt.idempotency_key != first.attempt.idempotency_key
+
+
+def test_a_further_take_of_a_paid_payload_needs_an_approval_in_a_repair(store):
+    store.ensure_run(RUN)
+    first = begin(store, IDENT, digest="take1")
+    store.commit(slot(IDENT, digest="take1"), first.attempt.id)
+    store.finish_revision(RUN, 1, "failed", {})
+    second = Identity("orchestrate/#1", (), 0)
+    refused = begin_wave(store, [CallClaim(second, "llm.text", "take2",
+                                           lower_takes=("take1",))], revision=2)[0]
+    assert refused.take is not None and refused.take.identity == IDENT
+    approved = begin_wave(store, [CallClaim(second, "llm.text", "take2", lower_takes=(
+        "take1",), take_approved=True)], revision=2)[0]
+    assert approved.claimed
+
+
 def test_budget_holds_across_concurrent_deciders(store):
     """Every decider counts the run's attempts under the run's lock: 12 parallel calls on
     a budget of 3 claim exactly 3 (without the lock PostgreSQL lets them overspend)."""
@@ -291,7 +361,7 @@ def test_budget_holds_across_concurrent_deciders(store):
         return "over" if calls + 1 > 3 else None
 
     begins = run_parallel(12, lambda i: begin(store, Identity("orchestrate/#0", (i,), 0),
-                                              budget=refusal))
+                                              digest=f"d{i}", budget=refusal))
     assert sum(b.claimed for b in begins) == 3
     assert sum(b.over_budget is not None for b in begins) == 9
     assert len(store.list_attempts(RUN)) == 3

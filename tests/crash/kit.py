@@ -14,7 +14,7 @@ from broker.artifacts import FileArtifactStore
 from broker.catalog import lookup
 from broker.envelope import Envelope
 from broker.identity import Identity
-from broker.providers import CallContext, LocalProvider, idempotency_key
+from broker.providers import CallContext, LocalProvider
 from broker.records import AttemptStatus
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
@@ -98,7 +98,7 @@ def fetch_known_result(home: Path, run_id: str, identity: Identity, capability: 
     dispatch stands in for that lookup.
     """
     local = LocalProvider(FileArtifactStore(home / "artifacts"))
-    key = idempotency_key(run_id, str(identity))
+    key = "lookup"
     return local.execute(lookup(capability), payload, CallContext(run_id, str(identity),
                                                                    key)).result
 

@@ -1,0 +1,74 @@
+"""What a provider's failure means for money, and what to do next (pure).
+
+A provider that answered an error may still have done the work and charged for it:
+a 5xx after the picture was rendered, a timeout after the request left, an answer
+the adapter could not read. Such an attempt is *uncertain*: paid until proven
+otherwise (``AttemptStatus.UNCERTAIN``). Which failures may be charged is the
+provider's terms (``broker.catalog.PROVIDER_TERMS``, with the deployment's word on
+idempotency keys from settings): a provider that honours ``Idempotency-Key`` is asked
+again with the same key, and answers with the work it did instead of charging again.
+
+    4xx (not 408/409/429), connect error     -> free: the request was refused or
+                                                never left
+    429                                      -> free, rate limited: wait Retry-After
+    5xx, 408, 409, timeout, lost connection,
+    unusable answer                          -> maybe charged (when the terms say a
+                                                failure may be charged; else free)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from broker.errors import CapabilityError
+
+# Failures whose request may have reached the provider and been carried out.
+MAYBE_CHARGED_CODES = frozenset({"timeout", "connection_lost", "bad_response",
+                                 "provider_error", "conflict"})
+RATE_LIMIT_WAIT_CAP = 30.0  # seconds; a longer Retry-After is a failure the script sees
+
+
+class Charge(StrEnum):
+    FREE = "free"
+    RATE_LIMITED = "rate_limited"
+    MAYBE = "maybe"
+
+
+@dataclass(frozen=True)
+class ProviderTerms:
+    """A provider's money behaviour: whether it deduplicates by ``Idempotency-Key`` and
+    whether a failed request may still be charged."""
+
+    honours_idempotency_key: bool = False
+    charges_on_failure: bool = True
+
+    def with_keys(self, honoured: bool) -> ProviderTerms:
+        return ProviderTerms(honoured, self.charges_on_failure)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    charge: Charge
+    wait_seconds: float = 0.0  # before asking again (rate limited)
+
+
+def charge_of(error: CapabilityError, terms: ProviderTerms) -> Verdict:
+    status = error.fields.get("status")
+    code = error.fields.get("provider_code") or error.code
+    if status == 429 or code == "rate_limited":
+        return Verdict(Charge.RATE_LIMITED, retry_after(error.fields.get("retry_after")))
+    maybe = (isinstance(status, int) and (status >= 500 or status in (408, 409))) \
+        or code in MAYBE_CHARGED_CODES
+    return Verdict(Charge.MAYBE if maybe and terms.charges_on_failure else Charge.FREE)
+
+
+def retry_after(value: object) -> float:
+    """Seconds from a Retry-After header value (delta-seconds; a date or junk: 1 s)."""
+    try:
+        seconds = float(str(value))
+    except (TypeError, ValueError):
+        return 1.0
+    if seconds != seconds or seconds < 0:  # NaN or negative
+        return 1.0
+    return seconds
