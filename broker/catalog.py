@@ -4,13 +4,21 @@ Schemas check structure (types, required fields, unknown fields) before
 dispatch; value-level validation (supported sizes, known models, non-empty
 prompts) is the provider's, as with real image and text APIs, so a rejected
 value is a paid dispatch attempt exactly as it would be in production.
+
+Normalization makes one request one payload: every string is NFC, and the free
+text fields a capability names (``text_fields``) have their whitespace
+normalized (``normalize_text``), so a prompt retyped in another Unicode form or
+with other spacing has the same digest, replays, and reaches the provider as the
+same request body.
 """
 
 from __future__ import annotations
 
+import re
+import unicodedata
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from broker.charging import ProviderTerms
 from broker.errors import CapabilityDenied, InputError
@@ -74,6 +82,50 @@ class AudioGenerateInput(_Input):
     voice: str = "neutral"
 
 
+# ---- normalization: one request, one payload ----------------------------------------------
+
+_SPACE_RUN = re.compile(r"\s+")  # within one line: spaces, tabs, Unicode Zs
+
+
+def normalize_text(text: str) -> str:
+    """Free text with its whitespace normalized (idempotent).
+
+    Line boundaries (``\\r\\n``, ``\\r`` and the others ``str.splitlines`` knows)
+    become ``\\n``; each run of whitespace inside a line becomes one space and a
+    line's trailing whitespace goes; a run of blank lines becomes one blank line;
+    the text's leading and trailing whitespace goes.
+    """
+    lines = [_SPACE_RUN.sub(" ", line).rstrip() for line in text.splitlines()]
+    kept = [line for i, line in enumerate(lines) if line or (i > 0 and lines[i - 1])]
+    return "\n".join(kept).strip()
+
+
+def nfc(value: Any, *, capability: str, where: str = "") -> Any:
+    """``value`` with every string in it, dict keys included, in Unicode NFC.
+
+    Raises CapabilityDenied when two keys of one object are the same key in NFC
+    (the payload would otherwise silently lose one of them).
+    """
+    if isinstance(value, str):
+        return unicodedata.normalize("NFC", value)
+    if isinstance(value, list):
+        return [nfc(item, capability=capability, where=f"{where}[{i}]")
+                for i, item in enumerate(value)]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            name = unicodedata.normalize("NFC", key) if isinstance(key, str) else key
+            field = f"{where}.{name}" if where else str(name)
+            if name in out:
+                raise CapabilityDenied(
+                    f"{capability} payload field {field!r} is given twice, in two Unicode "
+                    "forms of one key (NFC and another); keep one of them",
+                    capability=capability, field=field)
+            out[name] = nfc(item, capability=capability, where=field)
+        return out
+    return value
+
+
 # ---- results: what a provider hands back (checked where an operator supplies one) ---------
 
 
@@ -132,6 +184,18 @@ class Capability(BaseModel):
     # Payload fields that carry a secret (a token, a signed URL): never shown to a model or
     # printed in a report; the digest still covers them.
     secret_fields: frozenset[str] = frozenset()
+    # Free-text payload fields whose whitespace is normalized (``normalize_text``); every
+    # other field keeps its spacing (a size or model with a stray space is its own value).
+    text_fields: frozenset[str] = frozenset()
+
+    @model_validator(mode="after")
+    def _fields_exist(self) -> Capability:
+        for kind in ("secret_fields", "text_fields"):
+            unknown = sorted(getattr(self, kind) - set(self.input_model.model_fields))
+            if unknown:
+                raise ValueError(f"{self.name} {kind} {unknown} are not fields of "
+                                 f"{self.input_model.__name__}; name its fields")
+        return self
 
     @property
     def terms(self) -> ProviderTerms:
@@ -144,7 +208,9 @@ class Capability(BaseModel):
         return {k: "<secret>" if k in self.secret_fields else v for k, v in payload.items()}
 
     def normalize(self, payload: Any) -> dict[str, Any]:
-        """The payload as the schema reads it, defaults filled in (the digest's input).
+        """The payload as the schema reads it, defaults filled in, every string NFC and
+        the text fields' whitespace normalized: the digest's input and the request the
+        provider receives. Idempotent.
 
         Raises CapabilityDenied naming the offending field.
         """
@@ -162,7 +228,11 @@ class Capability(BaseModel):
                 f"{self.name} payload field {field!r}: {first['msg']}; "
                 f"fields of {self.name} are: {allowed}", capability=self.name,
                 field=field) from None
-        return model.model_dump(mode="json")
+        dumped: dict[str, Any] = nfc(model.model_dump(mode="json"), capability=self.name)
+        for name in self.text_fields:
+            if isinstance(dumped.get(name), str):
+                dumped[name] = normalize_text(dumped[name])
+        return dumped
 
     def validate_payload(self, payload: Any) -> dict[str, Any]:
         """Structural check only; returns the payload as given."""
@@ -201,10 +271,10 @@ PROVIDER_TERMS: dict[str, ProviderTerms] = {
 
 
 def _cap(name, description, *, side_effecting, production, price, model, provider,
-         result=AnyResult):
+         result=AnyResult, text=()):
     return Capability(name=name, description=description, side_effecting=side_effecting,
                       production=production, unit_price=price, input_model=model,
-                      provider=provider, result_model=result)
+                      provider=provider, result_model=result, text_fields=frozenset(text))
 
 
 CATALOG: dict[str, Capability] = {
@@ -212,31 +282,33 @@ CATALOG: dict[str, Capability] = {
     for cap in (
         _cap("image.generate", "Generate one image from a prompt (paid).",
              side_effecting=True, production=True, price=0.02, model=ImageGenerateInput,
-             provider="images", result=ImageResult),
+             provider="images", result=ImageResult,
+             text=("prompt", "style")),
         _cap("storyboard.plan", "Plan a storyboard: a list of shot descriptions.",
              side_effecting=False, production=True, price=0.002, model=StoryboardPlanInput,
-             provider="text", result=StoryboardPlanResult),
+             provider="text", result=StoryboardPlanResult, text=("brief",)),
         _cap("review.visual", "Review an image against criteria; returns a verdict.",
              side_effecting=False, production=True, price=0.002, model=ReviewVisualInput,
-             provider="text", result=ReviewVisualResult),
+             provider="text", result=ReviewVisualResult, text=("criteria",)),
         _cap("text.generate", "Generate text from a prompt.",
              side_effecting=False, production=True, price=0.001, model=TextGenerateInput,
-             provider="text", result=TextGenerateResult),
+             provider="text", result=TextGenerateResult,
+             text=("prompt", "system")),
         _cap("video.generate", "Generate a video clip (catalog-only: dry-run).",
              side_effecting=True, production=False, price=0.50, model=VideoGenerateInput,
-             provider="dry-run"),
+             provider="dry-run", text=("prompt",)),
         _cap("video.edit", "Edit a video clip (catalog-only: dry-run).",
              side_effecting=True, production=False, price=0.60, model=VideoEditInput,
-             provider="dry-run"),
+             provider="dry-run", text=("instruction",)),
         _cap("image.edit", "Edit an image with an instruction (catalog-only: dry-run).",
              side_effecting=True, production=False, price=0.04, model=ImageEditInput,
-             provider="dry-run"),
+             provider="dry-run", text=("instruction",)),
         _cap("image.upscale", "Upscale an image (catalog-only: dry-run).",
              side_effecting=True, production=False, price=0.02, model=ImageUpscaleInput,
              provider="dry-run"),
         _cap("audio.generate", "Speak text as audio (catalog-only: dry-run).",
              side_effecting=True, production=False, price=0.05, model=AudioGenerateInput,
-             provider="dry-run"),
+             provider="dry-run", text=("text",)),
     )
 }
 
