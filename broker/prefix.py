@@ -14,8 +14,9 @@ here, before anything is dispatched:
    revision already handed its result to another call (a relocation): nothing
    can be paid at a committed identity, so the run stops too;
 4. **repeat**: this (capability, digest) was already paid earlier in the run at
-   another identity (another call expression, or a slot already used): the
-   ledger policy decides (see ``broker.ledger``);
+   another identity (another call expression, or a slot already used), or is asked
+   for at another identity by this revision (a new call not answered as a free
+   failure): the ledger policy decides (see ``broker.ledger``);
 5. **new**: nothing committed matches: new work for the broker.
 
 Calls of one wave are decided together, exact identities first, so a relocation
@@ -59,6 +60,7 @@ class Verdict(StrEnum):
 class Decision:
     verdict: Verdict
     slot: SlotRecord | None = None  # the slot replayed, in the way, or paid before
+    asked_at: Identity | None = None  # a repeat of a new call of this revision
 
     @property
     def replays(self) -> bool:
@@ -80,6 +82,10 @@ class Prefix:
             self._paid[(slot.capability, slot.digest)].append(slot)
         self.used: set[Identity] = set()
         self.invoked: set[Identity] = set()
+        # The new calls of this revision, by request, until one is answered as a free
+        # failure (which paid nothing): a second ask for one of them is a repeat.
+        self._asked: dict[tuple[str, str], Identity] = {}
+        self._asked_at: dict[Identity, tuple[str, str]] = {}
 
     def __len__(self) -> int:
         return len(self.slots) + len(self.races)
@@ -115,7 +121,18 @@ class Prefix:
         paid = self._paid.get((call.capability, call.digest))
         if paid:
             return Decision(Verdict.REPEAT, paid[0])
+        asked = self._asked.setdefault((call.capability, call.digest), call.identity)
+        if asked != call.identity:
+            return Decision(Verdict.REPEAT, asked_at=asked)
+        self._asked_at[call.identity] = (call.capability, call.digest)
         return Decision(Verdict.NEW)
+
+    def answered_free(self, identity: Identity) -> None:
+        """The new call at ``identity`` failed and the provider did not charge: asking for
+        its request again is not a repeat."""
+        key = self._asked_at.pop(identity, None)
+        if key is not None and self._asked.get(key) == identity:
+            del self._asked[key]
 
     def _use(self, slot: SlotRecord, verdict: Verdict) -> Decision:
         self.used.add(slot.identity)

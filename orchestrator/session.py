@@ -64,7 +64,7 @@ _CONNECT_POLL = 0.1
 # run report holds (anything else, or of another type, is dropped).
 _ERROR_FIELDS: dict[str, tuple[type, ...]] = {
     "type": (str,), "message": (str,), "line": (int,), "code": (str, int),
-    "capability": (str,), "identity": (str,), "status": (str, int)}
+    "capability": (str,), "identity": (str,), "status": (str, int), "charged": (str,)}
 
 
 class Executor(Protocol):
@@ -333,24 +333,27 @@ class Session:
                 committed_line=slot.line))
             return None
         if decision.verdict is Verdict.REPEAT:
-            assert slot is not None
-            return self._repeat(call, request, slot)
+            return self._repeat(call, request, decision)
         return request
 
-    def _repeat(self, call: Call, request: CallRequest, slot: SlotRecord
+    def _repeat(self, call: Call, request: CallRequest, decision: Decision
                 ) -> CallRequest | None:
         policy = self.envelope.ledger_policy or self.settings.ledger_policy
         action = ledger_action(LedgerPolicy(policy), lookup(call.capability))
-        where = f"{slot.identity}" + (f" (line {slot.line})" if slot.line else "")
+        slot = decision.slot
+        paid_at = slot.identity if slot is not None else decision.asked_at
+        line = slot.line if slot is not None else None
+        where = f"{paid_at}" + (f" (line {line})" if line else "")
         message = (f"semantic repeat at {call.identity}: this exact {call.capability} payload "
-                   f"was already paid at {where}")
+                   + (f"was already paid at {where}" if slot is not None
+                      else f"is asked for earlier in this revision, at {where}"))
         if action is LedgerAction.DENY:
             self._record(Recorded(call.identity, call.capability, Outcome.DENIED))
             self.latch(SemanticRepeatDenied(
                 message + "; denied before dispatch. Reuse the result of that call (keep one "
                 "call for the payload and pass its result on) or change the payload",
-                identity=str(call.identity), committed_identity=str(slot.identity),
-                committed_line=slot.line))
+                identity=str(call.identity), committed_identity=str(paid_at),
+                committed_line=line))
             return None
         if action is LedgerAction.WARN:
             self.warnings.append(message)
@@ -383,6 +386,8 @@ class Session:
             self.latch(report.stop)
             return
         if report.outcome is Outcome.FAILED:
+            if (report.error or {}).get("charged") != "maybe":
+                self.prefix.answered_free(report.identity)
             self._answer(seq, {"ok": False, "error": report.error})
         else:
             self._answer(seq, {"ok": True, "result": report.result})

@@ -64,4 +64,4 @@ DATA_METHODS = frozenset(
     STR_METHODS + LIST_METHODS + DICT_METHODS + SET_METHODS + NUMBER_METHODS)
 
 # Attributes a script may read without calling: the fields of a CapabilityError.
-ERROR_FIELDS = frozenset(("message", "code", "capability", "identity", "status"))
+ERROR_FIELDS = frozenset(("message", "code", "capability", "identity", "status", "charged"))

@@ -40,13 +40,15 @@ _HEADER_BYTES = 4  # a message's length, big-endian
 class CapabilityError(Exception):
     """A provider rejected or failed a call. Scripts may catch it by name."""
 
-    def __init__(self, message, code=None, capability=None, identity=None, status=None):
+    def __init__(self, message, code=None, capability=None, identity=None, status=None,
+                 charged=None):
         super().__init__(message)
         self.message = message
         self.code = code
         self.capability = capability
         self.identity = identity
         self.status = status
+        self.charged = charged  # "maybe": the provider may have charged; "no": it did not
 
 
 class ScriptStopped(BaseException):
@@ -498,7 +500,7 @@ def _deliver_call(scheduler, task, answer):
     scheduler.ready.append((task, None, CapabilityError(
         str(error.get("message") or "capability call failed"), code=error.get("code"),
         capability=error.get("capability"), identity=error.get("identity"),
-        status=error.get("status"))))
+        status=error.get("status"), charged=error.get("charged"))))
 
 
 _SCHEDULER = _Scheduler()
@@ -814,7 +816,8 @@ def script_builtins(log):
 def _error_of(exc, memory_mb):
     if isinstance(exc, CapabilityError):
         return {"type": "CapabilityError", "message": exc.message, "code": exc.code,
-                "capability": exc.capability, "identity": exc.identity, "status": exc.status}
+                "capability": exc.capability, "identity": exc.identity, "status": exc.status,
+                "charged": exc.charged}
     line = None
     tb = exc.__traceback__
     while tb is not None:

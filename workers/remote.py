@@ -44,12 +44,15 @@ from celery import Celery
 from celery.exceptions import TimeoutError as CeleryTimeout
 
 from broker.calls import CallReport, CallRequest, Outcome
+from broker.catalog import lookup
 from broker.crash_window import attempt_expired, mark_unresolved
+from broker.dispatch import budget_check
 from broker.envelope import Envelope
 from broker.errors import (
     AttemptInFlight,
     AttemptUnresolved,
     BrokerError,
+    BudgetExceeded,
     StoreUnavailable,
 )
 from broker.identity import sha256_hex
@@ -105,6 +108,7 @@ class RemoteExecutor:
         self.lease_seconds = lease_seconds
         self.chunk = max(1, min(chunk, WAVE_CALLS))
         self._envelope_wire = envelope.model_dump(mode="json")
+        self._budget = budget_check(envelope.budget)
         self.timings: list[float] = []
 
     def close(self) -> None:
@@ -117,10 +121,41 @@ class RemoteExecutor:
         if len(chunks) == 1:
             yield from self._execute(chunks[0])
             return
+        stop = self._over_budget(requests)
+        if stop is not None:
+            yield stop
+            return
         with ThreadPoolExecutor(len(chunks), thread_name_prefix="revise-wave") as pool:
             futures = [pool.submit(self._execute, chunk) for chunk in chunks]
             for future in as_completed(futures):
                 yield from future.result()
+
+    def _over_budget(self, requests: Sequence[CallRequest]) -> CallReport | None:
+        """A wave split over several tasks is held to the budget whole, as one claim
+        transaction holds a wave embedded: each task's claim would see only its part, so
+        a wave that does not fit stops here and none of it is sent. The calls of the wave
+        that already have an attempt in this revision (a redelivered job) are counted
+        once. Each task's claim still checks again under the run's lock."""
+        if self._budget is None or self.store is None:
+            return None
+        first = requests[0]
+        attempts = self.store.list_attempts(first.run_id)
+        attempted = {a.identity for a in attempts if a.revision == first.revision}
+        calls = len(attempts)
+        cost = sum(lookup(a.capability).unit_price for a in attempts)
+        for request in requests:
+            if request.identity in attempted:
+                continue
+            refusal = self._budget(request.capability, calls, cost)
+            if refusal is not None:
+                where = str(request.identity)
+                stop = BudgetExceeded(f"call at {where}: {refusal}; the wave of "
+                                      f"{len(requests)} calls is stopped whole, none sent",
+                                      identity=where)
+                return CallReport(request.identity, request.capability, Outcome.DENIED,
+                                  stop=stop, error=stop.to_json())
+            calls, cost = calls + 1, cost + lookup(request.capability).unit_price
+        return None
 
     def _send(self, requests: list[CallRequest]) -> Any:
         return self.app.send_task(

@@ -105,20 +105,29 @@ def test_data_dependent_payload_change_diverges_before_dispatch(harness: Harness
     assert _executions(harness) == 1
 
 
-def test_widened_loop_with_constant_payload_is_denied_under_auto(harness: Harness) -> None:
-    harness.run("loop3")
-    assert _executions(harness) == 3
+def test_a_constant_payload_in_a_loop_is_a_repeat_in_its_own_revision(harness: Harness
+                                                                       ) -> None:
+    """The ledger counts the running revision: the second pass of a loop that asks for
+    the same image is denied under auto (one payment), and a widened repair replays the
+    one it has and is denied at the next."""
+    first = harness.run("loop3")
+    assert (first["status"], first["error"]["type"]) == ("stopped", "SemanticRepeatDenied")
+    assert "earlier in this revision" in first["error"]["message"]
+    assert "take=" not in first["error"]["message"]
+    assert _executions(harness) == 1
     widened = harness.run("loop6")
     assert widened["status"] == "stopped"
     assert widened["error"]["type"] == "SemanticRepeatDenied"
-    assert widened["calls"]["replayed"] == 3
+    assert widened["calls"]["replayed"] == 1
     assert widened["calls"]["denied"] == 1
-    assert _executions(harness) == 3
+    assert _executions(harness) == 1
 
 
 def test_widened_loop_under_warn_executes_and_names_the_repeats(harness: Harness) -> None:
-    harness.run("loop3")
-    widened = harness.run("loop6", envelope=Envelope(ledger_policy=LedgerPolicy.WARN))
+    warn = Envelope(ledger_policy=LedgerPolicy.WARN)
+    first = harness.run("loop3", envelope=warn)
+    assert len([w for w in first["warnings"] if "semantic repeat" in w]) == 2
+    widened = harness.run("loop6", envelope=warn)
     assert widened["status"] == "succeeded"
     assert widened["calls"]["executed"] == 3
     repeats = [w for w in widened["warnings"] if "semantic repeat" in w]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from broker.envelope import Budget, Envelope
+from broker.records import AttemptStatus
 from broker.settings import SandboxKind
 from tests.fakes import FAKE_API_KEY, IMAGES, FakeOpenAIServer, error, ok_image, slow
 
@@ -69,18 +70,37 @@ def test_forbidden_403_then_retry_executes_the_failed_identity_once(make_harness
     assert keys[0] != keys[1]
 
 
-def test_client_timeout_is_a_bounded_window_and_retries_with_the_same_key(make_harness,
-                                                                          server) -> None:
+def test_a_timeout_is_paid_until_an_operator_says_otherwise(make_harness, server) -> None:
+    """The request left and no answer came within the timeout: the provider may have
+    rendered (and charged for) the picture. With a provider that ignores keys, the repair
+    is stopped before it asks again, naming the way to resolve it, never paying twice."""
     harness = http_harness(make_harness, server, timeout=0.5)
     server.queue(IMAGES, ok_image(), slow(2.0))
     first = harness.run("http_model_v2")
     assert first["status"] == "failed"
-    assert first["error"]["code"] == "timeout"
+    assert (first["error"]["code"], first["error"]["charged"]) == ("timeout", "maybe")
+    assert [a.status for a in harness.services.store.list_attempts("run-1")] == [
+        AttemptStatus.SUCCEEDED, AttemptStatus.UNCERTAIN]
     repair = harness.run("http_model_v2")
-    assert repair["status"] == "succeeded"
-    assert (repair["calls"]["replayed"], repair["calls"]["executed"]) == (1, 1)
+    assert repair["status"] == "stopped"
+    assert repair["error"]["type"] == "AttemptUnresolved"
+    assert "revise reconcile" in repair["error"]["message"]
+    assert (repair["calls"]["replayed"], repair["calls"]["executed"]) == (1, 0)
+    assert len(_keys(server)) == 2
+
+
+def test_a_timeout_is_asked_again_under_the_same_key_where_keys_are_honoured(
+        make_harness, server) -> None:
+    harness = make_harness(provider="http", provider_base_url=server.base_url,
+                           provider_api_key=FAKE_API_KEY, provider_timeout_seconds=0.5,
+                           provider_honours_idempotency_key=True)
+    server.queue(IMAGES, ok_image(), slow(2.0))
+    first = harness.run("http_model_v2")
+    assert first["status"] == "succeeded", first["error"]
     keys = _keys(server)
-    assert len(keys) == 3 and keys[1] == keys[2]
+    assert len(keys) == 3 and keys[1] == keys[2] != keys[0]  # one attempt, asked twice
+    assert [a.status for a in harness.services.store.list_attempts("run-1")] == [
+        AttemptStatus.SUCCEEDED, AttemptStatus.SUCCEEDED]
 
 
 def test_three_way_fanout_with_one_invalid_branch(make_harness, server) -> None:

@@ -147,10 +147,12 @@ def test_job_longer_than_the_visibility_timeout_runs_once(make_stack) -> None:
     assert len(stack.events("run-slow", "sandbox_start")) == 1
 
 
-def test_two_broker_workers_never_spend_past_the_budget(make_stack) -> None:
-    """16 branches, 16 calls in flight at once over two broker worker processes (one call per
-    task), a budget of 5: the budget check and the attempt claim are one transaction under
-    the run's row lock, so no two workers both see the fifth call as the last one allowed."""
+def test_a_wave_split_over_two_broker_workers_is_held_to_the_budget_whole(make_stack
+                                                                         ) -> None:
+    """16 branches whose first calls form one wave, sent as 16 tasks (one call each) to two
+    broker worker processes, on a budget of 5: the wave does not fit, so none of it is paid,
+    exactly as embedded (where one claim transaction decides the wave). A wave that fits is
+    paid whole over the same split."""
     stack = make_stack(local_latency=0.3, wave_chunk=1)
     stack.worker("dispatch")
     stack.worker("sandbox", pool="prefork", concurrency=1)
@@ -164,6 +166,11 @@ def test_two_broker_workers_never_spend_past_the_budget(make_stack) -> None:
                                  "run-budget").wait(90)
     assert report["status"] == "stopped"
     assert report["error"]["type"] == "BudgetExceeded"
-    assert len(stack.store.list_attempts("run-budget")) == 5
-    assert len(stack.provider_log()) == 5
-    assert report["calls"]["executed"] == 5
+    assert "none sent" in report["error"]["message"]
+    assert stack.store.list_attempts("run-budget") == []
+    assert stack.provider_log() == [] and report["calls"]["executed"] == 0
+
+    fits = Envelope(budget=Budget(max_calls=16), concurrency=16)
+    report = stack.client.submit(script("budget_wide"), prompts, fits, "run-fits").wait(90)
+    assert report["status"] == "succeeded", report["error"]
+    assert len(stack.provider_log()) == 16 and report["calls"]["executed"] == 16

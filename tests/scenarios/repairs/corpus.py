@@ -58,13 +58,16 @@ class Step:
     args: Any = None  # None: the shape's args
     ledger_policy: str | None = None
     orphan_policy: str | None = None
+    approved_takes: tuple[str, ...] = ()  # a person approved further takes of these
 
-    def envelope_fields(self) -> dict[str, str]:
-        fields = {}
+    def envelope_fields(self) -> dict[str, Any]:
+        fields: dict[str, Any] = {}
         if self.ledger_policy:
             fields["ledger_policy"] = self.ledger_policy
         if self.orphan_policy:
             fields["orphan_policy"] = self.orphan_policy
+        if self.approved_takes:
+            fields["approved_takes"] = list(self.approved_takes)
         return fields
 
 
@@ -878,24 +881,37 @@ shape("comprehension_gains_filter", "loops", (
     celery=True)
 
 shape("constant_loop_widened_auto", "loops", (
-    "A loop with a constant payload widened from 3 to 6 under the default ledger policy: "
-    "the three committed takes replay, the fourth is a semantic repeat of a paid "
-    "side-effecting payload and is denied before dispatch."),
-    (Step(CONST_LOOP_V1, "failed", 3, "RuntimeError", {"succeeded": 3}),
+    "A loop with a constant payload: under the default ledger policy its second pass is a "
+    "semantic repeat inside its own revision (one ledger per run, the running revision "
+    "included), denied before dispatch; widened from 3 to 6, the one committed take "
+    "replays and the next is denied again."),
+    (Step(CONST_LOOP_V1, "stopped", 1, "SemanticRepeatDenied", {"succeeded": 1,
+                                                                "denied": 1}),
      Step(CONST_LOOP_V2, "stopped", 0, "SemanticRepeatDenied",
-          {"replayed": 3, "denied": 1, "executed": 0})),
+          {"replayed": 1, "denied": 1, "executed": 0})),
     celery=True)
 
 shape("constant_loop_widened_warn", "loops", (
-    "The same under ledger_policy=warn: exactly the three new occurrences are paid, "
-    "each named in a semantic-repeat warning."),
-    (Step(CONST_LOOP_V1, "failed", 3, "RuntimeError", {"succeeded": 3}),
+    "The same under ledger_policy=warn: every repeat is paid and named in a warning, the "
+    "two inside the first revision as much as the three new occurrences of the repair."),
+    (Step(CONST_LOOP_V1, "failed", 3, "RuntimeError", {"succeeded": 3}, warned=2,
+          ledger_policy="warn"),
      Step(CONST_LOOP_V2, "succeeded", 3, calls={"replayed": 3, "executed": 3}, warned=3,
           ledger_policy="warn")))
 
+TAKE_LOOP_V2 = _s('''
+    async def orchestrate(ctx, args):
+        takes = []
+        for i in range(3):
+            takes.append(await ctx.run("image.generate", {"prompt": "retake"}, take=i + 1))
+        return len(takes)
+''')
+
 shape("take_in_loop", "loops", (
     "A loop that declares each iteration a further take (take=i + 1) widened from 2 to "
-    "3: the committed takes replay, the third take is paid on purpose."),
+    "3: the committed takes replay; the third take is a further take of a paid payload "
+    "that the repair added, refused until a person approves it in the envelope "
+    "(approved_takes), then paid on purpose."),
     (Step(_s('''
         async def orchestrate(ctx, args):
             takes = []
@@ -903,13 +919,10 @@ shape("take_in_loop", "loops", (
                 takes.append(await ctx.run("image.generate", {"prompt": "retake"}, take=i + 1))
             raise RuntimeError("two takes were not enough")
      '''), "failed", 2, "RuntimeError", {"succeeded": 2}, takes=1),
-     Step(_s('''
-        async def orchestrate(ctx, args):
-            takes = []
-            for i in range(3):
-                takes.append(await ctx.run("image.generate", {"prompt": "retake"}, take=i + 1))
-            return len(takes)
-     '''), "succeeded", 1, calls={"replayed": 2, "executed": 1}, takes=1)),
+     Step(TAKE_LOOP_V2, "stopped", 0, "TakeNotApproved",
+          {"replayed": 2, "executed": 0, "denied": 1}),
+     Step(TAKE_LOOP_V2, "succeeded", 1, calls={"replayed": 2, "executed": 1}, takes=1,
+          approved_takes=("image.generate",))),
     )
 
 # -- payload --
@@ -962,22 +975,23 @@ shape("defaults_spelled_out_warn", "payload", (
      Step(DEFAULTS_V2, "succeeded", 2, calls={"replayed": 1, "executed": 2}, warned=1,
           ledger_policy="warn")))
 
+TAKE_TWO_V2 = _s('''
+    async def orchestrate(ctx, args):
+        hero = await ctx.run("image.generate", {"prompt": "hero on a cliff"})
+        again = await ctx.run("image.generate", {"prompt": "hero on a cliff"}, take=2)
+        return [hero["artifact"]["id"], again["artifact"]["id"]]
+''')
+
 shape("take_two", "payload", (
-    "take=2 declares a deliberate second take of a paid payload: paid once more, on "
-    "purpose; a v3 rerun replays both."),
+    "A repair adds take=2 for a payload the run already paid (what a model does when a "
+    "refusal mentions takes): refused before dispatch unless the envelope approves "
+    "further takes of image.generate; approved, paid once more on purpose; a rerun "
+    "replays both."),
     (Step(DEFAULTS_V1, "failed", 1, "RuntimeError", {"succeeded": 1}),
-     Step(_s('''
-        async def orchestrate(ctx, args):
-            hero = await ctx.run("image.generate", {"prompt": "hero on a cliff"})
-            again = await ctx.run("image.generate", {"prompt": "hero on a cliff"}, take=2)
-            return [hero["artifact"]["id"], again["artifact"]["id"]]
-     '''), "succeeded", 1, calls={"replayed": 1, "executed": 1}, takes=1),
-     Step(_s('''
-        async def orchestrate(ctx, args):
-            hero = await ctx.run("image.generate", {"prompt": "hero on a cliff"})
-            again = await ctx.run("image.generate", {"prompt": "hero on a cliff"}, take=2)
-            return [hero["artifact"]["id"], again["artifact"]["id"]]
-     '''), "succeeded", 0, calls={"replayed": 2, "executed": 0})),
+     Step(TAKE_TWO_V2, "stopped", 0, "TakeNotApproved", {"replayed": 1, "executed": 0}),
+     Step(TAKE_TWO_V2, "succeeded", 1, calls={"replayed": 1, "executed": 1}, takes=1,
+          approved_takes=("image.generate",)),
+     Step(TAKE_TWO_V2, "succeeded", 0, calls={"replayed": 2, "executed": 0})),
     )
 
 shape("capability_swapped", "payload", (
@@ -1214,14 +1228,15 @@ shape("constant_text_loop_into_parallel", "loops", (
     "read-only semantic repeat: warned by name under auto and paid again (3 paid "
     "repeats, 3 orphans). Not silent, and the policy's documented choice, but three "
     "committed results that could have replayed are bought again; the image version "
-    "of this edit stops with SemanticRepeatDenied."),
+    "of this edit stops with SemanticRepeatDenied. v1's own second and third pass are "
+    "repeats in its revision: warned too."),
     (Step(_s('''
         async def orchestrate(ctx, args):
             ideas = []
             for i in range(3):
                 ideas.append(await ctx.run("text.generate", {"prompt": "a tagline idea"}))
             raise RuntimeError("no image yet")
-     '''), "failed", 3, "RuntimeError", {"succeeded": 3}),
+     '''), "failed", 3, "RuntimeError", {"succeeded": 3}, warned=2),
      Step(_s('''
         async def orchestrate(ctx, args):
             async def brainstorm():
@@ -1513,11 +1528,13 @@ shape("storyboard_fanout_fixed", "parallelise", (
      '''), "succeeded", 1, calls={"replayed": 4, "executed": 1})))
 
 shape("constant_image_loop_into_parallel", "loops", (
-    "The image version of constant_text_loop_into_parallel: three identical paid takes "
-    "moved into a ctx.parallel branch. With three identical unused slots rule 2 does not "
-    "pick one, so the first moved take is a side-effecting semantic repeat: denied under "
-    "auto, nothing paid, and the repair is blocked although it asks for nothing new."),
-    (Step(CONST_LOOP_V1, "failed", 3, "RuntimeError", {"succeeded": 3}),
+    "The image version of constant_text_loop_into_parallel: a loop of identical paid "
+    "takes (the second pass is a repeat in its own revision, denied) moved into a "
+    "ctx.parallel branch. The one committed take relocates into the branch, the caption "
+    "beside it is new work, and the branch's second pass is denied again: never paid "
+    "twice."),
+    (Step(CONST_LOOP_V1, "stopped", 1, "SemanticRepeatDenied", {"succeeded": 1,
+                                                                "denied": 1}),
      Step(_s('''
         async def orchestrate(ctx, args):
             async def retakes():
@@ -1531,5 +1548,5 @@ shape("constant_image_loop_into_parallel", "loops", (
 
             takes, text = await ctx.parallel([retakes(), caption()])
             return [len(takes), text["text"]]
-     '''), "stopped", 0, "SemanticRepeatDenied", {"executed": 0, "denied": 1},
+     '''), "stopped", 1, "SemanticRepeatDenied", {"executed": 1, "denied": 1},
           relocations=1)))

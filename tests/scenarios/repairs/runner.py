@@ -6,9 +6,10 @@ the broker hands to a call, and the provider log is read, never written.
 
 Two properties are measured on every step:
 
-* silent duplicate: a provider execution (outcome ok) of a (capability, payload
-  digest) that an earlier step of the run already paid, beyond the takes the step
-  declared and the semantic repeats the ledger policy warned about by name;
+* silent duplicate: a provider execution that paid or may have (outcome ok, a 5xx,
+  a timeout, a request sent with no answer logged) of a (capability, payload digest)
+  the run already paid, in an earlier step or earlier in this one, beyond the takes
+  the step declared and the semantic repeats the ledger policy warned about by name;
 * wrong reuse: a committed result handed to a call whose capability, call
   expression (fingerprint) or normalized payload digest differs from the slot's,
   or an image whose echoed prompt/size/model/style differ from the call's payload.
@@ -174,12 +175,23 @@ def run_shape(shape: Shape, submit: Submit, provider_log: Callable[[], list[dict
                         Envelope(**step.envelope_fields()))
         entries = [e for e in provider_log() if e["run_id"] == run_id]
         new, seen = entries[seen:], len(entries)
-        duplicates = sum(1 for e in new if e["outcome"] == "ok"
-                         and (e["capability"], e["digest"]) in paid_before)
-        paid_before |= {(e["capability"], e["digest"]) for e in new if e["outcome"] == "ok"}
+        duplicates = 0
+        for entry in new:  # one ledger per run: this step's earlier payments count too
+            if may_have_charged(entry):
+                duplicates += (entry["capability"], entry["digest"]) in paid_before
+                paid_before.add((entry["capability"], entry["digest"]))
         results.append(StepResult(step, report, new, duplicates, semantic_warnings(report),
                                   spy.since(mark) if spy is not None else []))
     return results
+
+
+def may_have_charged(entry: dict[str, Any]) -> bool:
+    """A provider execution that paid, or may have (a 5xx, a timeout, no answer logged)."""
+    if entry["outcome"] == "ok" or entry["outcome"] == "sent":
+        return True
+    status = entry.get("status")
+    return (isinstance(status, int) and status >= 500) or entry.get("error_code") in (
+        "timeout", "connection_lost", "bad_response", "provider_error")
 
 
 def mismatches(result: StepResult) -> list[str]:

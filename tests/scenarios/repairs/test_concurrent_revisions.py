@@ -1,11 +1,10 @@
-"""Two repairs of one run in flight at once (a job queue lets both be submitted).
+"""Two repairs of one run submitted at once (a job queue lets both be submitted).
 
 v1 commits a caption and fails. v2 and v3 both add the same paid image, at two
-different call sites. v2 is admitted first but reaches the image only after v3
-has committed it (v2's provider call before it waits until v3 has finished).
-The image was paid by v3 before v2 asks for it: v2 must replay it, or be told
-it is a semantic repeat (denied under auto for a side-effecting capability);
-it must never pay for it again without a word.
+different call sites. One revision of a run runs at a time: while v2 runs, v3 is
+refused with a message that names the running revision and what to do; submitted
+again after v2 finished, v3 is judged against what v2 committed and stops before it
+pays anything. The image is paid once.
 """
 
 from __future__ import annotations
@@ -14,7 +13,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from broker.envelope import Envelope
+from broker.errors import RunBusy
 
 from ..conftest import Harness
 from .corpus import _s
@@ -42,7 +44,7 @@ V3 = _s('''
 ''')
 
 
-def test_a_payload_committed_by_a_concurrent_later_revision_is_not_paid_again(
+def test_a_second_repair_submitted_while_one_runs_is_refused_and_pays_nothing(
         make_harness: Callable[..., Harness]) -> None:
     v3_done = threading.Event()
 
@@ -63,22 +65,20 @@ def test_a_payload_committed_by_a_concurrent_later_revision_is_not_paid_again(
 
     v2 = threading.Thread(target=repair, args=("v2", V2))
     v2.start()
-    # v2 is in its sandbox, its slow layout call claimed and waiting, before v3 is admitted.
+    # v2 is in its sandbox, its slow layout call claimed and waiting, before v3 comes.
     for _ in range(600):
         if len(harness.services.store.list_attempts("run-1")) >= 2:
             break
         threading.Event().wait(0.05)
-    repair("v3", V3)
+    with pytest.raises(RunBusy) as busy:
+        repair("v3", V3)
+    assert "revision 2 still running" in busy.value.message
     v3_done.set()
     v2.join(60)
-    assert reports["v3"]["status"] == "succeeded", reports["v3"]["error"]
-    assert (reports["v2"]["revision"], reports["v3"]["revision"]) == (2, 3)
-
+    assert reports["v2"]["status"] == "succeeded", reports["v2"]["error"]
+    repair("v3", V3)
+    assert reports["v3"]["revision"] == 3
+    assert reports["v3"]["status"] == "stopped"  # v2's layout is frozen now: v3 drops it
     images = [e for e in harness.provider_log()
               if e["capability"] == "image.generate" and e["outcome"] == "ok"]
-    warned = [w for r in reports.values() for w in r["warnings"] if "semantic repeat" in w]
-    denied = reports["v2"]["status"] == "stopped" and \
-        reports["v2"]["error"]["type"] == "SemanticRepeatDenied"
-    assert len(images) == 1 or warned or denied, (
-        f"the hero image was paid {len(images)} times, silently: "
-        f"{[e['identity'] for e in images]}")
+    assert len(images) == 1
