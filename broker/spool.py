@@ -11,6 +11,12 @@ The spool is written only when a commit fails, never on the hot path. Files are
 claimed with ``flock`` while drained, so several worker processes on one host
 can share the directory; a commit is idempotent on the identity, so a file
 committed twice (a crash between commit and unlink) commits once.
+
+``keep`` never fails: a full or unwritable spool directory falls back to the next
+directory that has room (a private one under the system temp directory by
+default), and past every disk to this process's memory, where the result waits for
+the drain like a file does (it is lost only if the process dies too). The spool
+says it is ``degraded`` and why, and the broker reports it loudly.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import fcntl
 import json
 import logging
 import os
+import tempfile
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,9 +45,24 @@ _SUFFIX = ".commit.json"
 
 @dataclass(frozen=True)
 class Spooled:
-    path: Path
+    path: Path | InMemory
     slot: SlotRecord
     attempt_id: int | None
+
+
+@dataclass(frozen=True, eq=False)
+class InMemory:
+    """A paid result kept in this process's memory because no spool disk took it."""
+
+    slot: SlotRecord
+    attempt_id: int | None
+
+    def __str__(self) -> str:
+        return f"memory (pid {os.getpid()}; no spool directory had room)"
+
+
+def default_fallbacks() -> tuple[Path, ...]:
+    return (Path(tempfile.gettempdir()) / f"revise-spool-{os.getuid()}",)
 
 
 def slot_to_json(slot: SlotRecord) -> dict[str, Any]:
@@ -65,46 +88,64 @@ def slot_from_json(data: dict[str, Any]) -> SlotRecord:
 
 
 class CommitSpool:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, fallbacks: tuple[Path, ...] | None = None) -> None:
         self.directory = Path(directory)
+        self.fallbacks = default_fallbacks() if fallbacks is None else tuple(fallbacks)
+        self.degraded: str | None = None  # why the last keep did not use ``directory``
+        self._memory: list[InMemory] = []
+        self._lock = threading.Lock()
 
-    def keep(self, slot: SlotRecord, attempt_id: int | None) -> Path:
-        """Write the paid result durably (file and directory fsynced); returns its path."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.directory / f"{uuid.uuid4().hex}{_SUFFIX}"
-        partial = final.with_suffix(".partial")
+    def keep(self, slot: SlotRecord, attempt_id: int | None) -> Path | InMemory:
+        """Keep the paid result: fsynced in the first directory that takes it, else in
+        memory. Never raises."""
         data = json.dumps({"slot": slot_to_json(slot), "attempt_id": attempt_id},
                           sort_keys=True, default=str).encode("utf-8")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(partial, final)  # a reader sees a whole file or none
-        self._sync_dir()
-        return final
+        problems = []
+        for directory in (self.directory, *self.fallbacks):
+            try:
+                path = _write_durably(directory, data)
+            except OSError as exc:
+                problems.append(f"{directory}: {exc.strerror or exc}")
+                continue
+            self.degraded = None if directory == self.directory else "; ".join(problems)
+            if self.degraded:
+                log.error("commit spool %s cannot be written (%s); the paid result at %s "
+                          "is kept in %s", self.directory, self.degraded, slot.identity, path)
+            return path
+        kept = InMemory(slot, attempt_id)
+        with self._lock:
+            self._memory.append(kept)
+        self.degraded = "; ".join(problems)
+        log.error("no spool directory takes the paid result at %s in run %s (%s); it is "
+                  "kept in memory until the store answers", slot.identity, slot.run_id,
+                  self.degraded)
+        return kept
 
-    def remove(self, path: Path) -> None:
-        path.unlink(missing_ok=True)
-        self._sync_dir()
+    def remove(self, kept: Path | InMemory) -> None:
+        if isinstance(kept, InMemory):
+            with self._lock:
+                if kept in self._memory:
+                    self._memory.remove(kept)
+            return
+        kept.unlink(missing_ok=True)
+        _sync_dir(kept.parent)
 
-    def _sync_dir(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-    def pending(self) -> list[Path]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(self.directory.glob(f"*{_SUFFIX}"))
+    def pending(self) -> list[Path | InMemory]:
+        found: list[Path | InMemory] = []
+        for directory in (self.directory, *self.fallbacks):
+            if directory.is_dir():
+                found.extend(sorted(directory.glob(f"*{_SUFFIX}")))
+        with self._lock:
+            found.extend(self._memory)
+        return found
 
     @contextmanager
-    def claim(self, path: Path) -> Iterator[Spooled | None]:
+    def claim(self, path: Path | InMemory) -> Iterator[Spooled | None]:
         """The spooled commit at ``path`` held alone (None: another process holds it or
         it is gone)."""
+        if isinstance(path, InMemory):
+            yield Spooled(path, path.slot, path.attempt_id)
+            return
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
@@ -136,7 +177,7 @@ class CommitSpool:
                 try:
                     commit(spooled.slot, spooled.attempt_id)
                 except Exception as exc:  # the store is still away: keep the file
-                    log.warning("spooled commit %s of %s in run %s is kept: %s", path.name,
+                    log.warning("spooled commit %s of %s in run %s is kept: %s", path,
                                 spooled.slot.identity, spooled.slot.run_id, exc)
                     continue
                 self.remove(path)
@@ -144,3 +185,33 @@ class CommitSpool:
                 log.warning("spooled commit of %s in run %s is now in the store",
                             spooled.slot.identity, spooled.slot.run_id)
         return done
+
+
+def _write_durably(directory: Path, data: bytes) -> Path:
+    """``data`` as a new spool file in ``directory``, file and directory fsynced; a file
+    that could not be written whole is removed (a reader sees a whole file or none)."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    final = directory / f"{uuid.uuid4().hex}{_SUFFIX}"
+    partial = final.with_suffix(".partial")
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        try:
+            if os.write(fd, data) != len(data):
+                raise OSError(28, "short write (disk full?)")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(partial, final)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    _sync_dir(directory)
+    return final
+
+
+def _sync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

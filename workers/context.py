@@ -23,6 +23,7 @@ from broker.heartbeats import AttemptHeartbeats
 from broker.ledger import Ledger
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
+from broker.spool import CommitSpool
 from broker.sqlstore import SqlStore
 from sandbox.runner import Runner
 from sandbox.select import select_runner
@@ -97,9 +98,16 @@ class WorkerContext:
         """One thread renews every attempt this process holds open."""
         return AttemptHeartbeats(self.store, self.settings.attempt_lease_seconds / 3)
 
+    @cached_property
+    def spool(self) -> CommitSpool:
+        """One per process: a result kept in memory (no disk had room) waits here for the
+        drain thread."""
+        return CommitSpool(self.settings.spool_dir)
+
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,
-                      settings=self.settings, ledger=self.ledger, heartbeats=self.heartbeats)
+                      settings=self.settings, ledger=self.ledger, heartbeats=self.heartbeats,
+                      spool=self.spool)
 
     def drain_spool_in_background(self) -> None:
         """Commit the paid results this host's spool holds, retrying until the store has
