@@ -2,12 +2,15 @@
 
 The dispatcher records every job it accepts (``jobs``, with the sandbox
 message) before it queues the message. If Redis loses the message (a restart
-without persistence, an eviction), the job stays ``accepted`` and no sandbox
-worker ever starts it: after ``requeue_after_seconds`` the reconciler looks in
-the transport, and a job whose message is neither queued nor delivered is
-queued again under the same task id (the job lease and the stale-delivery check
-make a duplicate a no-op). After ``max_requeues`` the revision is failed
-``lost: job message lost`` and the run is resumable.
+without persistence, an eviction), or a worker took it and died before starting it
+(a prefetched message waits in the transport's unacked set until the visibility
+timeout, an hour), the job stays ``accepted`` and no sandbox worker starts it:
+after ``requeue_after_seconds`` the reconciler looks in the transport, and a job
+whose message is not waiting in the queue is queued again under the same task id.
+A live worker starts a delivered job at once (prefetch 1), so one delivered and
+still not started is its dead worker's; if that worker was only slow, the job lease
+and the revision's start make the second copy a no-op. After ``max_requeues`` the
+revision is failed ``lost: job message lost`` and the run is resumable.
 """
 
 from __future__ import annotations
@@ -38,11 +41,13 @@ def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dic
     if not overdue:
         return done
     queue = ctx.routing.queue("sandbox")
-    present = Transport(ctx.broker_redis).task_ids(queue)
+    transport = Transport(ctx.broker_redis)
+    queued = transport.task_ids(queue, delivered=False)
+    delivered = transport.task_ids(queue) - queued
     for job in overdue:
         task_id = sandbox_task_id(job.job_id)
-        if task_id in present:
-            continue  # still queued behind other jobs, or delivered: not lost
+        if task_id in queued:
+            continue  # still queued behind other jobs: not lost
         if job.requeues >= ctx.settings.max_requeues:
             revision = ctx.store.get_revision(job.run_id, job.revision)
             if revision is not None and revision.status == "running" and lose_revision(
@@ -53,10 +58,12 @@ def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dic
         if not ctx.store.requeued_job(job.job_id, job.requeues):
             continue  # another reconciler counted it first
         app.send_task(SANDBOX_TASK, task_id=task_id, queue=queue, args=[job.message])
+        why = ("was delivered to a worker that never started it (it died holding it)"
+               if task_id in delivered else "was lost (Redis restarted or evicted it)")
         ctx.store.add_event(job.run_id, "job_requeued", f"the queue message of job "
-                            f"{job.job_id} was lost (Redis restarted or evicted it); queued "
-                            f"again ({job.requeues + 1} of {ctx.settings.max_requeues})",
-                            revision=job.revision, data={"job_id": job.job_id})
+                            f"{job.job_id} {why}; queued again ({job.requeues + 1} of "
+                            f"{ctx.settings.max_requeues})", revision=job.revision,
+                            data={"job_id": job.job_id})
         log.warning("run %s revision %s: job %s had no queue message; queued again",
                     job.run_id, job.revision, job.job_id)
         done["requeued"].append(job.job_id)

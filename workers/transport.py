@@ -40,14 +40,16 @@ class Transport:
     def __init__(self, client: redis.Redis) -> None:
         self._redis = client
 
-    def task_ids(self, queue: str) -> set[str]:
-        """Ids of the tasks queued on ``queue`` or delivered to any worker and unacked."""
+    def task_ids(self, queue: str, *, delivered: bool = True) -> set[str]:
+        """Ids of the tasks queued on ``queue``, and (``delivered``) those delivered to any
+        worker and not acknowledged yet."""
         ids: set[str] = set()
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.lrange(queue, 0, -1)
             for priority in _PRIORITIES:
                 pipe.lrange(f"{queue}{_SEP}{priority}", 0, -1)
-            pipe.hvals(_UNACKED)
+            if delivered:
+                pipe.hvals(_UNACKED)
             for values in pipe.execute():
                 ids.update(i for i in map(_task_id, values) if i is not None)
         return ids

@@ -56,3 +56,33 @@ def test_a_lost_call_message_is_sent_again_and_paid_once(make_stack) -> None:
     assert time.monotonic() - started > LEASE  # it waited a lease, then sent the call again
     assert [line["identity"] for line in stack.provider_log()] == [
         "orchestrate/#0@:0", "orchestrate/#1@:0"]
+
+
+def test_a_job_its_dead_worker_took_and_never_started_is_queued_again(make_stack) -> None:
+    """A worker took the sandbox message (kombu's unacked set holds it until the
+    visibility timeout, an hour) and died before starting it: the requeue sweep does not
+    take "delivered" for "alive", queues it again, and the job runs and pays once."""
+    from datetime import UTC, datetime, timedelta
+
+    from workers.recovery import requeue_lost_jobs, sandbox_task_id
+
+    stack = make_stack()
+    stack.worker("dispatch")
+    stack.wait_ready(120)
+    queue = stack.client.app.routing.queue("sandbox")
+    client = stack.context.broker_redis
+    handle = stack.client.submit(script("crash_seq"), {}, Envelope(), "r")
+    raw = wait_for(lambda: client.lpop(queue), 60, "the sandbox job's message")
+    client.hset("unacked", "tag-of-a-dead-worker", f'[{raw.decode()}, "", "{queue}"]')
+    later = datetime.now(UTC) + timedelta(seconds=stack.context.settings.requeue_after_seconds
+                                          + 1)
+    done = requeue_lost_jobs(stack.context, stack.client.app, now=later)
+    assert done["requeued"] == [handle.job_id]
+    assert sandbox_task_id(handle.job_id) in Transport(client).task_ids(queue, delivered=False)
+    stack.worker("sandbox", pool="prefork", concurrency=1)
+    stack.worker("capabilities", concurrency=2)
+    report = handle.wait(120)
+    assert report["status"] == "succeeded", report["error"]
+    assert len(stack.provider_log()) == 2
+    events = stack.store.list_events("r")
+    assert any(e.kind == "job_requeued" and "never started" in e.message for e in events)
