@@ -1,8 +1,10 @@
 """The crash window: when an open attempt's owner is gone, and marking it unresolved.
 
-The attempt record is durable before the provider is called. An attempt whose
-owner died before commit is *unresolved*: the provider may or may not have
-done the work. Two mechanisms find them:
+The attempt record is durable before the provider is called, and so is its
+dispatch record (``sent_at``, written just before the request leaves). An attempt
+whose owner died before commit is *unresolved*: the provider may or may not have
+done the work; one whose request never left is abandoned instead (nothing was
+paid, the call may run again). Two mechanisms find them:
 
 * in the owner's process table (same host, boot and pid namespace: see
   ``broker.owner``), a pending attempt whose owner process is gone (pid
@@ -62,7 +64,10 @@ def attempt_expired(attempt: AttemptRecord, lease_seconds: float,
 def mark_unresolved(store: RunStore, attempt: AttemptRecord, *, by: str, reason: str
                     ) -> AttemptRecord | None:
     """Mark a pending attempt unresolved and say so in the run's events; None when it is
-    no longer pending (committed meanwhile, or another finder marked it first)."""
+    no longer pending (committed meanwhile, another finder marked it first, or its request
+    was never sent: then it is abandoned, nothing was paid, and its call may run again)."""
+    if attempt.sent_at is None and store.abandon_unsent(attempt.id, by=by):
+        return None
     try:
         return store.resolve_attempt(
             attempt.id, AttemptStatus.UNRESOLVED, operator=by, reason=reason,

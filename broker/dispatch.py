@@ -31,6 +31,7 @@ from broker.charging import RATE_LIMIT_WAIT_CAP, Charge, ProviderTerms, charge_o
 from broker.crash_window import attempt_expired, mark_unresolved
 from broker.envelope import Budget, Envelope
 from broker.errors import (
+    AttemptInFlight,
     AttemptUnresolved,
     BudgetExceeded,
     CapabilityDenied,
@@ -360,6 +361,12 @@ class Broker:
         call = CallContext(request.run_id, str(request.identity), attempt.idempotency_key or "",
                            timeout_seconds=self.envelope.call_timeout_seconds)
         with self.heartbeats.hold(attempt.id):
+            if not self.store.sent_attempt(attempt.id):
+                raise AttemptInFlight(
+                    f"the attempt at {request.identity} was taken back before its request "
+                    "left (its owner was judged gone); nothing was sent. Submit the run "
+                    "again: the call runs once", identity=str(request.identity),
+                    attempt_id=attempt.id)
             try:
                 answer = self._call_provider(request, capability, call, attempt)
             except CapabilityError as exc:

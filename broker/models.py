@@ -233,6 +233,10 @@ class Attempt(Base):
     resolved_by: Mapped[str | None] = mapped_column(String(200))
     resolved_reason: Mapped[str | None] = mapped_column(Text)
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # The dispatch record, readable from any host: when the request left for the provider
+    # (written just before it does) and when its answer was recorded (NULL: none came).
+    sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class Certificate(Base):
@@ -312,7 +316,8 @@ def attempt_record(row: Any) -> AttemptRecord:
                          capability=row.capability, digest=row.digest, revision=row.revision,
                          number=row.number, status=AttemptStatus(row.status), owner=row.owner,
                          created_at=row.created_at, heartbeat_at=row.heartbeat_at,
-                         idempotency_key=row.idempotency_key, error=row.error)
+                         idempotency_key=row.idempotency_key, error=row.error,
+                         sent_at=row.sent_at, answered_at=row.answered_at)
 
 
 def run_record(row: Any) -> RunRecord:

@@ -73,6 +73,8 @@ class AttemptRecord:
     heartbeat_at: datetime
     idempotency_key: str | None = None
     error: dict[str, Any] | None = None
+    sent_at: datetime | None = None  # the request left for the provider
+    answered_at: datetime | None = None  # its answer (result or error) was recorded
 
 
 # The event written with a decision on an attempt, in the decision's transaction:

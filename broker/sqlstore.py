@@ -191,7 +191,8 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
                          else conn.execute(sql.SLOT_AT, where).one())
     if attempt_id is not None:
         if stored.same_call(slot.capability, slot.digest):
-            conn.execute(sql.SUCCEED_ATTEMPT, {"attempt_id": attempt_id})
+            conn.execute(sql.SUCCEED_ATTEMPT, {"attempt_id": attempt_id,
+                                               "now": models.utcnow()})
         else:
             conn.execute(sql.CONFLICTED_ATTEMPT, {"attempt_id": attempt_id, "error": {
                 "code": SlotConflict.code, "message": _conflict_text(stored)}})
@@ -758,7 +759,40 @@ class SqlStore:
         """Mark an open attempt failed, or uncertain when the provider may have charged for
         it (``broker.charging``); an attempt already settled keeps its status."""
         status = AttemptStatus.UNCERTAIN if uncertain else AttemptStatus.FAILED
-        self._settle(attempt_id, "failing an attempt", status=status.value, error=error)
+        self._settle(attempt_id, "failing an attempt", status=status.value, error=error,
+                     answered_at=models.utcnow())
+
+    def sent_attempt(self, attempt_id: int) -> bool:
+        """The attempt's request is about to leave for the provider (its dispatch record:
+        an operator sees from any host that it may have been paid). False when the attempt
+        is no longer pending (taken back as never sent): then it must not be sent."""
+        done = self._run("recording a dispatch", lambda c: c.execute(sql.SENT_ATTEMPT, {
+            "attempt_id": attempt_id, "now": models.utcnow()}))
+        return done.rowcount > 0
+
+    def abandon_unsent(self, attempt_id: int, *, by: str) -> bool:
+        """Abandon a pending attempt whose request never left (no dispatch record): nothing
+        can have been paid, so its call may simply run again. Atomic against the owner's
+        ``sent_attempt``: exactly one of them wins."""
+        def txn(conn: Connection) -> bool:
+            row = conn.execute(update(attempts).where(
+                attempts.c.id == attempt_id, attempts.c.status == AttemptStatus.PENDING.value,
+                attempts.c.sent_at.is_(None)).values(
+                    status=AttemptStatus.ABANDONED.value, resolved_by=by,
+                    resolved_at=models.utcnow(),
+                    resolved_reason="its owner is gone and its request was never sent: "
+                    "nothing was paid").returning(*attempts.c)).first()
+            if row is None:
+                return False
+            record = attempt_record(row)
+            add_event_txn(conn, record.run_id, "attempt_abandoned", f"attempt "
+                          f"#{record.number} at {record.identity} was never sent (its owner "
+                          "is gone); the call runs again when the run is resubmitted",
+                          revision=record.revision, identity=record.identity,
+                          data={"attempt_id": record.id})
+            return True
+
+        return self._run("abandoning an unsent attempt", txn)
 
     def heartbeat_attempts(self, attempt_ids: Collection[int]) -> None:
         """Renew the heartbeat of those of ``attempt_ids`` that are still pending."""

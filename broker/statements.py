@@ -74,7 +74,12 @@ RUN_TOKEN = select(runs.c.token).where(runs.c.run_id == bindparam("run_id"))
 INSERT_ATTEMPT = insert(attempts).returning(*attempts.c)
 SUCCEED_ATTEMPT = (update(attempts)
                    .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN))
-                   .values(status=AttemptStatus.SUCCEEDED.value))
+                   .values(status=AttemptStatus.SUCCEEDED.value,
+                           answered_at=bindparam("now")))
+SENT_ATTEMPT = (update(attempts)
+                .where(attempts.c.id == bindparam("attempt_id"),
+                       attempts.c.status == AttemptStatus.PENDING.value)
+                .values(sent_at=bindparam("now")))
 CONFLICTED_ATTEMPT = (update(attempts)
                       .where(attempts.c.id == bindparam("attempt_id"),
                              attempts.c.status.in_(OPEN))

@@ -45,6 +45,23 @@ def test_each_attempt_is_marked_by_exactly_one_finder_with_one_event(store):
     assert len(events) == 1 and events[0].data == {"attempt_id": attempt.id}
 
 
+def test_an_attempt_whose_request_never_left_is_abandoned_not_unresolved(store):
+    """Its dispatch record is written before the request leaves; without one nothing was
+    paid, so a dead owner's unsent attempt is abandoned (the call may run again) and the
+    owner, if it was only slow, finds it taken back and does not send."""
+    attempt = claim(store, sent=False).attempt
+    assert attempt.sent_at is None
+    assert mark_unresolved(store, attempt, by="finder", reason="its owner is gone") is None
+    assert store.latest_attempt(RUN, attempt.identity).status is AttemptStatus.ABANDONED
+    assert not store.sent_attempt(attempt.id)  # the slow owner must not send now
+    (event,) = [e for e in store.list_events(RUN) if e.kind == "attempt_abandoned"]
+    assert "never sent" in event.message
+    sent = claim(store, Identity("orchestrate/#1", (), 0)).attempt
+    assert sent.sent_at is not None
+    assert mark_unresolved(store, sent, by="finder", reason="gone").status \
+        is AttemptStatus.UNRESOLVED
+
+
 def test_a_committed_attempt_is_not_marked(store):
     attempt = claim(store).attempt
     store.commit(slot(), attempt.id)

@@ -123,7 +123,7 @@ def test_whitespace_only_text_is_empty_and_the_provider_still_rejects_it() -> No
     assert payload["prompt"] == ""
     with pytest.raises(CapabilityError, match="prompt"):
         LocalProvider(MemoryArtifactStore()).execute(
-            IMAGE, payload, CallContext.for_call("run-1", "orchestrate/#0@:0"))
+            IMAGE, payload, CallContext("run-1", "orchestrate/#0@:0", "revise-test"))
 
 
 @pytest.mark.parametrize(("field", "value"), [("size", "1024x1024 "),
@@ -136,7 +136,7 @@ def test_whitespace_in_a_non_text_field_is_its_own_value(field: str, value: str)
     # ... and the provider rejects it as before, a paid dispatch attempt.
     with pytest.raises(CapabilityError, match=field):
         LocalProvider(MemoryArtifactStore()).execute(
-            IMAGE, payload, CallContext.for_call("run-1", "orchestrate/#0@:0"))
+            IMAGE, payload, CallContext("run-1", "orchestrate/#0@:0", "revise-test"))
 
 
 # ---- the policy as data ---------------------------------------------------------------------

@@ -25,6 +25,7 @@ def test_add_revision_stores_args_and_envelope_by_digest(store):
     store.ensure_run(RUN)
     args, env = args_bytes({"shots": ["a", "b"]}), envelope_bytes(Envelope())
     number = store.add_revision(RUN, "src", "h", args=args, envelope=env)
+    store.finish_revision(RUN, number, "failed", {})
     bare = store.add_revision(RUN, "src", "h")  # older callers: no inputs
     first, second = store.list_revisions(RUN)
     assert (first.revision, second.revision) == (number, bare)

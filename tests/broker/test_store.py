@@ -17,11 +17,11 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, make_url
 
 from broker.catalog import CAPABILITY_NAMES, lookup
-from broker.errors import RunNotFound, SlotConflict, StoreError, StoreUnavailable
+from broker.errors import RunBusy, RunNotFound, SlotConflict, StoreError, StoreUnavailable
 from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import Base
-from broker.records import AttemptStatus, CallClaim, RunStatus, SlotRecord
+from broker.records import AttemptStatus, CallClaim, Claim, RunStatus, SlotRecord
 from broker.sqlstore import SqlStore
 
 RUN = "run-1"
@@ -35,8 +35,14 @@ def slot(identity: Identity = IDENT, *, digest: str = "d1", capability: str = "l
                       usage={"tokens": 3}, cost=0.5, revision=revision)
 
 
-def claim(store: SqlStore, identity: Identity = IDENT, owner: str = "w1"):
-    return store.claim_attempt(RUN, identity, "llm.text", "d1", 1, owner, None)
+def claim(store: SqlStore, identity: Identity = IDENT, owner: str = "w1", *,
+          sent: bool = True):
+    """Claim an attempt; ``sent``: and record its dispatch (the request left)."""
+    claimed = store.claim_attempt(RUN, identity, "llm.text", "d1", 1, owner, None)
+    if sent and claimed.claimed:
+        assert store.sent_attempt(claimed.attempt.id)
+        claimed = Claim(store.latest_attempt(RUN, identity), True)
+    return claimed
 
 
 def run_parallel(count: int, fn):
@@ -58,12 +64,19 @@ def test_runs_and_revision_numbering(store):
     again = store.ensure_run(RUN)
     assert first == again and first.status is RunStatus.RUNNING
     assert first.created_at.tzinfo is not None and first.created_at.utcoffset() == timedelta(0)
-    assert [store.add_revision(RUN, f"src {i}", f"h{i}") for i in range(3)] == [1, 2, 3]
+    numbers = []
+    for i in range(3):
+        numbers.append(store.add_revision(RUN, f"src {i}", f"h{i}"))
+        with pytest.raises(RunBusy) as busy:  # one revision of a run runs at a time
+            store.add_revision(RUN, "another", "h")
+        assert f"revision {numbers[-1]} still running" in busy.value.message
+        store.finish_revision(RUN, numbers[-1], "failed", {})
+    assert numbers == [1, 2, 3]
     store.finish_revision(RUN, 2, "succeeded", {"calls": 4})
     rev = store.get_revision(RUN, 2)
     assert (rev.source_text, rev.source_digest, rev.status, rev.summary) == (
         "src 1", "h1", "succeeded", {"calls": 4})
-    assert store.get_revision(RUN, 1).summary is None
+    assert store.get_revision(RUN, 1).summary == {}
     assert store.get_revision(RUN, 9) is None
     assert [r.revision for r in store.list_revisions(RUN)] == [1, 2, 3]
     store.set_run_status(RUN, RunStatus.BLOCKED, "attempt unresolved")
@@ -79,11 +92,18 @@ def test_runs_and_revision_numbering(store):
         store.finish_revision(RUN, 9, "failed", {})
 
 
-def test_concurrent_revisions_get_distinct_numbers(store):
+def test_concurrent_submits_number_one_revision_and_refuse_the_others(store):
     store.ensure_run(RUN)
-    numbers = run_parallel(10, lambda i: store.add_revision(RUN, f"src {i}", f"h{i}"))
-    assert sorted(numbers) == list(range(1, 11))
-    assert store.get_run(RUN).revisions == 10
+
+    def submit(i: int) -> int | str:
+        try:
+            return store.add_revision(RUN, f"src {i}", f"h{i}")
+        except RunBusy:
+            return "busy"
+
+    outcomes = run_parallel(10, submit)
+    assert sorted(outcomes, key=str) == [1] + ["busy"] * 9
+    assert store.get_run(RUN).revisions == 1
 
 
 # ---- slots ----------------------------------------------------------------------------------
@@ -214,10 +234,17 @@ def begin(store: SqlStore, identity: Identity, *, budget=None, payload: bytes | 
                       budget=budget, revision=revision)[0]
 
 
+_numbering = threading.Lock()  # parallel claims of one revision number it once
+
+
 def begin_wave(store: SqlStore, claims: list[CallClaim], *, budget=None, revision: int = 1,
                owner: str = "w1"):
-    while len(store.list_revisions(RUN)) < revision:  # a claim is made by a running revision
-        store.add_revision(RUN, "# src", "h")
+    with _numbering:
+        while len(store.list_revisions(RUN)) < revision:  # a running revision claims
+            for running in store.list_revisions(RUN):  # one at a time: end the earlier one
+                if running.status == "running":
+                    store.finish_revision(RUN, running.revision, "failed", {})
+            store.add_revision(RUN, "# src", "h")
     return store.begin_calls(RUN, revision, owner, claims, budget=budget,
                              price_of=lambda name: lookup(name).unit_price
                              if name in CAPABILITY_NAMES else 0.5)

@@ -1,6 +1,7 @@
 """Request keys: a random token per run (idempotency keys name the request, never only
-the user-chosen run id) and the attempts' paid-payload index (an uncertain or
-in-flight attempt counts as paid for the ledger).
+the user-chosen run id), the attempts' paid-payload index (an uncertain or in-flight
+attempt counts as paid for the ledger), and each attempt's dispatch record (when the
+request was sent, when its answer was recorded).
 
 Revision ID: 0006
 Revises: 0005
@@ -31,9 +32,15 @@ def upgrade() -> None:
                      .values(token=secrets.token_hex(16)))
     op.create_index("ix_attempts_run_id_capability_digest", "attempts",
                     ["run_id", "capability", "digest"])
+    with op.batch_alter_table("attempts") as batch:
+        batch.add_column(sa.Column("sent_at", sa.DateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("answered_at", sa.DateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("attempts") as batch:
+        batch.drop_column("answered_at")
+        batch.drop_column("sent_at")
     op.drop_index("ix_attempts_run_id_capability_digest", table_name="attempts")
     with op.batch_alter_table("runs") as batch:
         batch.drop_column("token")
