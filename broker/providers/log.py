@@ -54,9 +54,10 @@ class ProviderLog:
         """One entry per dispatch, in the order dispatches ended.
 
         An answered dispatch is its outcome line; a dispatch with only an intent line
-        (the request left, no answer was recorded: a crash mid-call) is that line with
-        ``"outcome": "sent"``, at the position of its intent line. Lines without a
-        phase (logs written before intent lines) are one dispatch each, as written.
+        (the request left, no answer was recorded: a crash mid-call, or a call still
+        running) is that line with ``"outcome": "sent"`` and no status or error code,
+        at the position of its intent line. Lines without a phase (logs written before
+        intent lines) are one dispatch each, as written.
         """
         return dispatches(self.lines())
 
