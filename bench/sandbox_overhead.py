@@ -17,7 +17,6 @@ Prints figures and ratios side by side; nothing is asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from datetime import datetime
 from pathlib import Path
 
 from broker.envelope import Envelope, SandboxLimits
+from broker.providers import ProviderLog
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.docker_runner import DockerRunner
@@ -48,10 +48,10 @@ def _pct(values: list[float], q: float) -> float:
 
 
 def _first_rpc_ms(services, run_id: str) -> float:
-    """Sandbox start event to the first provider line, from the store and the log."""
+    """Sandbox start event to the first provider answer, from the store and the log."""
     events = {e.kind: e.created_at for e in services.store.list_events(run_id)}
-    log = services.settings.provider_log_path.read_text().splitlines()
-    first = next(e for e in map(json.loads, log) if e["run_id"] == run_id)
+    log = ProviderLog(services.settings.provider_log_path).read()
+    first = next(e for e in log if e["run_id"] == run_id)
     ts = datetime.fromisoformat(first["ts"])
     return (ts - events["sandbox_start"]).total_seconds() * 1000
 

@@ -196,6 +196,9 @@ def result_from_log(store: RunStore, log_path: Path, run_id: str,
                          "log of the broker worker that ran it (its REVISE_HOME) has it, if "
                          "the provider was called")
     ok = [e for e in lines if e.get("outcome") == "ok"]
+    sent = [e for e in lines if e.get("outcome") == "sent" and e.get("digest") == attempt.digest]
+    if sent and not any(e.get("digest") == attempt.digest for e in ok):
+        raise InputError(_sent_only(log_path, ident, run_id, sent[-1]))
     if not ok:
         raise InputError(f"{log_path}: every call at {ident} in run {run_id!r} ended with an "
                          "error; there is no result to write back (abandon the attempt)")
@@ -208,6 +211,14 @@ def result_from_log(store: RunStore, log_path: Path, run_id: str,
         raise InputError(f"{log_path}: the line at {ident} predates logged results; take the "
                          "result from the provider and pass it with --result FILE")
     return matching[-1]["result"]
+
+
+def _sent_only(log_path: Path, ident: Identity, run_id: str, line: dict[str, Any]) -> str:
+    return (f"{log_path}: the request at {ident} in run {run_id!r} left at {line.get('ts')} "
+            f"under idempotency key {line.get('idempotency_key')} but no answer was recorded "
+            "(the dispatch ended mid-call): the provider may have done and charged the work. "
+            "Check with the provider for that key, then commit its result with --result FILE, "
+            "or --abandon if it never ran")
 
 
 def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,

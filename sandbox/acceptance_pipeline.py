@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.envelope import SandboxLimits
+from broker.providers.log import ProviderLog
 from broker.settings import Settings
 
 Result = tuple[str, bool, str]
@@ -59,9 +60,9 @@ def _error(report: dict[str, Any]) -> str:
     return (report.get("error") or {}).get("type", "")
 
 
-def _provider_lines(services: Any) -> list[str]:
-    path = services.settings.provider_log_path
-    return path.read_text().splitlines() if path.exists() else []
+def _provider_lines(services: Any) -> list[dict[str, Any]]:
+    """One entry per dispatch (ProviderLog.read: intent and outcome lines folded)."""
+    return ProviderLog(services.settings.provider_log_path).read()
 
 
 def _stopped_by_rpc(report: dict[str, Any], services: Any) -> bool:
@@ -70,11 +71,9 @@ def _stopped_by_rpc(report: dict[str, Any], services: Any) -> bool:
 
 def _in_flight_held(report: dict[str, Any], services: Any) -> bool:
     """Three one-second calls under concurrency 2: the third finished a second later."""
-    import json
     from datetime import datetime
 
-    stamps = sorted(datetime.fromisoformat(json.loads(line)["ts"])
-                    for line in _provider_lines(services))
+    stamps = sorted(datetime.fromisoformat(entry["ts"]) for entry in _provider_lines(services))
     return (report.get("status") == "succeeded" and len(stamps) == 3
             and (stamps[2] - stamps[0]).total_seconds() >= 0.8)
 

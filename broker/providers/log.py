@@ -1,10 +1,17 @@
-"""The provider log: one JSON line per real provider execution.
+"""The provider log: two JSON lines per real provider execution (a dispatch).
 
-Tests and benchmarks count provider calls from this file ("no call paid
-twice"), so every execute that reaches a provider is written, rejected calls
-included. Each line is a single ``write()`` on a descriptor opened with
-``O_APPEND`` for that write, so threads and separate worker processes can
-share the file without interleaving lines.
+Before the provider is called an intent line (``"phase": "sent"``) names the
+run, identity, payload digest and idempotency key; it is fsynced, so a
+dispatch killed mid-call still leaves proof that a request may have left.
+After the answer the outcome line (``"phase": "answered"``) repeats those
+fields with the outcome, under the same ``"dispatch"`` id.
+
+Tests, benchmarks and ``revise reconcile --from-log`` count and read
+dispatches through ``ProviderLog.read()`` ("no call paid twice"), which
+returns one entry per dispatch, rejected calls included. Each line is a single
+``write()`` on a descriptor opened with ``O_APPEND`` for that write, so
+threads and separate worker processes can share the file without
+interleaving lines.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+import uuid
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,6 +51,18 @@ class ProviderLog:
                 os.close(fd)
 
     def read(self) -> list[dict[str, Any]]:
+        """One entry per dispatch, in the order dispatches ended.
+
+        An answered dispatch is its outcome line; a dispatch with only an intent line
+        (the request left, no answer was recorded: a crash mid-call, or a call still
+        running) is that line with ``"outcome": "sent"`` and no status or error code,
+        at the position of its intent line. Lines without a phase (logs written before
+        intent lines) are one dispatch each, as written.
+        """
+        return dispatches(self.lines())
+
+    def lines(self) -> list[dict[str, Any]]:
+        """Every whole line as written (intent and outcome lines apart)."""
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -61,17 +81,40 @@ class ProviderLog:
         return entries
 
 
+SENT = "sent"
+ANSWERED = "answered"
+
+
+def dispatches(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fold intent and outcome lines into one entry per dispatch (see ``ProviderLog.read``)."""
+    merged: dict[tuple[str, Any], dict[str, Any]] = {}
+    for number, line in enumerate(lines):
+        dispatch, phase = line.get("dispatch"), line.get("phase")
+        if dispatch is None or phase not in (SENT, ANSWERED):
+            merged[("line", number)] = line  # the old format: one line per dispatch
+        elif phase == SENT:
+            merged.setdefault(("dispatch", dispatch),
+                              {**line, "outcome": SENT, "status": None, "error_code": None})
+        else:
+            # The answer moves the dispatch to where it ended, as the outcome line alone did.
+            merged.pop(("dispatch", dispatch), None)
+            merged[("dispatch", dispatch)] = line
+    return list(merged.values())
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 class LoggedProvider:
-    """Wraps a provider; logs every execute, then returns or raises unchanged.
+    """Wraps a provider; logs every execute before and after, then returns or raises unchanged.
 
-    If the log cannot be written the ``OSError`` propagates, even after a
-    successful call: an execution that cannot be audited is not reported as
-    a success (fail closed). The provider idempotency key makes the broker's
-    retry of that identity safe with providers that honour it.
+    If the intent line cannot be written the ``OSError`` propagates and the
+    provider is not called. If the outcome line cannot be written the
+    ``OSError`` propagates even after a successful call: an execution that
+    cannot be audited is not reported as a success (fail closed). The
+    provider idempotency key makes the broker's retry of that identity safe
+    with providers that honour it.
     """
 
     def __init__(self, inner: Provider, log: ProviderLog) -> None:
@@ -94,6 +137,11 @@ class LoggedProvider:
             "digest": payload_digest(payload), "idempotency_key": call.idempotency_key,
             "idempotency_covered": covered, "provider": provider.name,
         }
+        dispatch = uuid.uuid4().hex
+        # The intent line is fsynced before the request: a dispatch killed mid-call still
+        # names its identity and key (a request may have left; it may have been charged).
+        self.log.append({**entry, "phase": SENT, "ts": _now(), "dispatch": dispatch})
+        entry = {**entry, "phase": ANSWERED, "dispatch": dispatch}
         try:
             result = self.inner.execute(capability, payload, call)
         except Exception as exc:

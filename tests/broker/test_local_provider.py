@@ -1,5 +1,7 @@
 import json
 import multiprocessing
+import os
+import signal
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +21,7 @@ from broker.providers import (
     LoggedProvider,
     Provider,
     ProviderLog,
+    ProviderResult,
     build_provider,
 )
 from broker.settings import Settings
@@ -221,7 +224,15 @@ def test_logged_provider_writes_ok_and_rejected_calls(tmp_path):
                   "capability": "image.generate", "digest": payload_digest(ok_payload),
                   "outcome": "ok", "status": None, "error_code": None,
                   "idempotency_key": ctx("a@:0").idempotency_key, "provider": "local",
-                  "idempotency_covered": False, "result": result.result}
+                  "idempotency_covered": False, "result": result.result,
+                  "phase": "answered", "dispatch": ok["dispatch"]}
+    sent = log.lines()[0]
+    assert sent == {"ts": sent["ts"], "run_id": "run-1", "identity": "a@:0",
+                    "capability": "image.generate", "digest": payload_digest(ok_payload),
+                    "idempotency_key": ctx("a@:0").idempotency_key, "provider": "local",
+                    "idempotency_covered": False, "phase": "sent", "dispatch": ok["dispatch"]}
+    assert sent["ts"] <= ok["ts"] and len(ok["dispatch"]) == 32
+    assert rejected["dispatch"] != ok["dispatch"] and len(log.lines()) == 4
     assert result.result["prompt"] == "fox"
     assert rejected["outcome"] == "error" and rejected["status"] == 400
     assert rejected["error_code"] == "invalid_parameter" and rejected["identity"] == "b@:0"
@@ -325,3 +336,119 @@ def test_logged_provider_logs_unexpected_errors_and_reraises(tmp_path):
     (entry,) = log.read()
     assert (entry["outcome"], entry["error_code"], entry["provider"]) == ("error", "RuntimeError",
                                                                           "broken")
+    sent, answered = log.lines()
+    assert (sent["phase"], answered["phase"]) == ("sent", "answered")
+    assert sent["dispatch"] == answered["dispatch"] == entry["dispatch"]
+
+
+class _Inspecting:
+    """A provider that reads the log from disk (a fresh reader) when it is called."""
+
+    name = "inspecting"
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.seen: list[dict] = []
+
+    def execute(self, capability, payload, call):
+        self.seen = ProviderLog(self.path).read()
+        return ProviderResult({"text": "done"})
+
+
+def test_the_intent_line_is_on_disk_before_the_provider_runs(tmp_path):
+    path = tmp_path / "log.jsonl"
+    inner = _Inspecting(path)
+    call = ctx("a@:0")
+    LoggedProvider(inner, ProviderLog(path)).execute(IMAGE, {"prompt": "p"}, call)
+    (pending,) = inner.seen
+    assert (pending["outcome"], pending["phase"], pending["identity"]) == ("sent", "sent", "a@:0")
+    assert pending["idempotency_key"] == call.idempotency_key
+    assert pending["digest"] == payload_digest({"prompt": "p"})
+    (done,) = ProviderLog(path).read()
+    assert (done["outcome"], done["dispatch"]) == ("ok", pending["dispatch"])
+
+
+def test_an_unwritable_log_stops_the_call_before_the_provider(tmp_path):
+    (tmp_path / "log.jsonl").mkdir()  # a directory where the log should be: open() fails
+    inner = _Inspecting(tmp_path / "log.jsonl")
+    with pytest.raises(OSError):
+        LoggedProvider(inner, ProviderLog(tmp_path / "log.jsonl")).execute(
+            IMAGE, {"prompt": "p"}, ctx())
+    assert inner.seen == []  # never called: no request leaves without its intent line
+
+
+def _killed_mid_call(path) -> None:
+    class Dying:
+        name = "dying"
+
+        def execute(self, capability, payload, call):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    LoggedProvider(Dying(), ProviderLog(path)).execute(IMAGE, {"prompt": "p"}, ctx("k@:0"))
+
+
+def test_a_dispatch_killed_mid_call_reads_as_sent(tmp_path):
+    path = tmp_path / "log.jsonl"
+    log = ProviderLog(path)
+    LoggedProvider(LocalProvider(MemoryArtifactStore()), log).execute(
+        IMAGE, {"prompt": "before"}, ctx("a@:0"))
+    proc = multiprocessing.get_context("fork").Process(target=_killed_mid_call, args=(path,))
+    proc.start()
+    proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+    LoggedProvider(LocalProvider(MemoryArtifactStore()), log).execute(
+        IMAGE, {"prompt": "after"}, ctx("b@:0"))
+    first, killed, after = log.read()
+    assert [e["identity"] for e in (first, killed, after)] == ["a@:0", "k@:0", "b@:0"]
+    assert (first["outcome"], after["outcome"]) == ("ok", "ok")
+    assert killed["outcome"] == "sent" and killed["provider"] == "dying"
+    assert (killed["status"], killed["error_code"]) == (None, None)
+    assert killed["idempotency_key"] == ctx("k@:0").idempotency_key
+    assert len(log.lines()) == 5
+
+
+def test_a_base_exception_mid_call_leaves_only_the_intent_line(tmp_path):
+    class Interrupted:
+        name = "interrupted"
+
+        def execute(self, capability, payload, call):
+            raise KeyboardInterrupt
+
+    log = ProviderLog(tmp_path / "log.jsonl")
+    with pytest.raises(KeyboardInterrupt):
+        LoggedProvider(Interrupted(), log).execute(IMAGE, {"prompt": "p"}, ctx())
+    (entry,) = log.read()
+    assert entry["outcome"] == "sent"
+
+
+def test_log_read_folds_a_torn_outcome_line_into_a_sent_dispatch(tmp_path):
+    path = tmp_path / "log.jsonl"
+    sent = {"phase": "sent", "dispatch": "d1", "identity": "a@:0", "ts": "t0"}
+    path.write_text(json.dumps(sent) + '\n{"phase": "answered", "dispatch": "d1", "outc')
+    assert ProviderLog(path).read() == [{**sent, "outcome": "sent", "status": None,
+                                         "error_code": None}]
+
+
+def test_log_read_keeps_one_entry_per_dispatch_in_the_order_they_ended(tmp_path):
+    path = tmp_path / "log.jsonl"
+    old = {"identity": "old@:0", "outcome": "ok", "ts": "t0"}  # before intent lines
+    lines = [old,
+             {"phase": "sent", "dispatch": "slow", "identity": "s@:0"},
+             {"phase": "sent", "dispatch": "fast", "identity": "f@:0"},
+             {"phase": "sent", "dispatch": "lost", "identity": "l@:0"},
+             {"phase": "answered", "dispatch": "fast", "identity": "f@:0", "outcome": "ok"},
+             {"phase": "answered", "dispatch": "slow", "identity": "s@:0",
+              "outcome": "error"}]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    entries = ProviderLog(path).read()
+    assert [(e["identity"], e["outcome"]) for e in entries] == [
+        ("old@:0", "ok"), ("l@:0", "sent"), ("f@:0", "ok"), ("s@:0", "error")]
+    assert entries[0] == old and len(ProviderLog(path).lines()) == 6
+
+
+def test_an_old_format_log_reads_as_before(tmp_path):
+    path = tmp_path / "log.jsonl"
+    lines = [{"identity": f"a@:{i}", "outcome": "ok" if i % 2 else "error", "ts": f"t{i}"}
+             for i in range(4)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert ProviderLog(path).read() == lines == ProviderLog(path).lines()

@@ -65,7 +65,9 @@ def settings_for(home: Path, **overrides: Any) -> Settings:
 
 def _child(home: Path, run_id: str, name: str, mode: str, at_call: int, latency: float) -> None:
     services = open_services(settings_for(home), runner=ProcessRunner(), latency=latency)
-    if mode != "none":
+    if mode == "mid-call":  # inside the logged provider: after its intent line
+        services.provider.inner = CrashingProvider(services.provider.inner, "before", at_call)
+    elif mode != "none":
         services.provider = CrashingProvider(services.provider, mode, at_call)
     services.pipeline().run(run_id, script(name), {}, Envelope()).to_json()
     os._exit(0)

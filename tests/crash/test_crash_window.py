@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from broker.envelope import Envelope
+from broker.errors import InputError
 from broker.identity import Identity
 from broker.records import AttemptStatus
 from broker.sqlstore import SqlStore
 from orchestrator.certificate import verify
 from orchestrator.embedded import open_services
-from orchestrator.reconcile import reconcile_attempt, sweep
+from orchestrator.reconcile import reconcile_attempt, result_from_log, sweep
 from sandbox.runner import ProcessRunner
 
 from .kit import (
@@ -80,6 +81,28 @@ def test_kill_during_a_sleeping_handler(home, services):
     report = replay(services, "crash_seq")
     assert report["error"]["type"] == "AttemptUnresolved"
     assert len(provider_lines(home)) == 0
+
+
+def test_kill_mid_call_leaves_the_intent_line_and_from_log_says_what_to_do(home, services):
+    from typer.testing import CliRunner
+
+    from orchestrator.cli import app
+
+    assert run_child(home, "crash", "crash_seq", mode="mid-call") == KILLED
+    (line,) = provider_lines(home)  # the request left; no answer was ever recorded
+    assert (line["outcome"], line["identity"]) == ("sent", "orchestrate/#0@:0")
+    assert sweep(services.store, services.settings.attempt_lease_seconds)
+    log_path = home / "provider-log.jsonl"
+    with pytest.raises(InputError, match="no answer was recorded") as caught:
+        result_from_log(services.store, log_path, "crash", "orchestrate/#0@:0")
+    for part in (line["idempotency_key"], line["ts"], "Check with the provider",
+                 "--result FILE", "--abandon"):
+        assert part in str(caught.value)
+    done = CliRunner().invoke(app, ["reconcile", "crash", "orchestrate/#0@:0", "--from-log",
+                                    str(log_path), "--operator", "ana", "--reason", "lost"],
+                              env={"REVISE_HOME": str(home), "REVISE_SANDBOX": "process"})
+    assert done.exit_code == 2 and line["idempotency_key"] in done.output, done.output
+    assert [a.status for a in open_attempts(services)] == [AttemptStatus.UNRESOLVED]
 
 
 def test_three_concurrent_attempts_killed_at_a_barrier_all_block(home, services):

@@ -10,19 +10,36 @@ tests queue one-shot behaviours per endpoint to script failures:
         server.queue(IMAGES, error(429), slow(2.0))
         ... client calls server.base_url ...
         assert server.requests[0].headers["idempotency-key"] == ...
+
+It also models a real provider's money. ``server.charges`` records every time
+the fake did the work (a 200 answer; ``charge_then_error`` and
+``complete_late``, which do the work and then fail or answer late). With
+``idempotency="honour"`` a request whose ``Idempotency-Key`` already completed
+with the same body gets the stored answer free, the same key with another body
+422, and a key whose first request is still running 409; ``"ignore"`` (the
+default) does every request again. ``GET /v1/requests/{key}`` looks a key up
+(honouring only), so a client can resolve an unknown outcome later:
+
+    with FakeOpenAIServer(idempotency="honour") as server:
+        server.queue(IMAGES, charge_then_error(500))
+        ... the client's retry under the same key is answered from the store ...
+        assert server.charged("fox") == 1
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import threading
+import time
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
+from urllib.parse import unquote
 
 import pytest
 
@@ -48,9 +65,53 @@ class Reply:
     status: int
     body: Any
     headers: dict[str, str] = field(default_factory=dict)
-    delay: float = 0.0
+    delay: float = 0.0  # the work runs this long before it completes (a key stays in progress)
     raw: bytes | None = None  # sent as is instead of json.dumps(body)
     trickle: float = 0.0  # seconds between 16-byte pieces of the body
+    # Money: a 200 answer is charged unless ``charge`` is False; ``completed`` is the result
+    # of work that was done (charged, stored under the key) although this reply says otherwise.
+    charge: bool | None = None
+    completed: Reply | None = None
+    answer_delay: float = 0.0  # the work is complete (charged, stored); the answer waits
+
+
+@dataclass(frozen=True)
+class Charge:
+    """One piece of work the fake provider did and billed."""
+
+    key: str | None  # the request's Idempotency-Key, if it sent one
+    path: str
+    digest: str  # body_digest(body)
+    time: float  # time.time() when the work completed
+    prompt: str | None  # request_prompt(body)
+
+
+@dataclass
+class _KeyState:
+    digest: str
+    owner: RecordedRequest  # the request that runs (or ran) the work
+    completed: Reply | None = None  # None while that request is in progress
+
+
+Idempotency = Literal["honour", "ignore"]
+
+
+def body_digest(body: Any) -> str:
+    """SHA-256 of the body as canonical JSON: the same request whatever its key order."""
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def request_prompt(body: Any) -> str | None:
+    """An image request's ``prompt``, or a chat request's last user message."""
+    if not isinstance(body, dict):
+        return None
+    if isinstance(body.get("prompt"), str):
+        return body["prompt"]
+    users = [m for m in body.get("messages") or [] if isinstance(m, dict)
+             and m.get("role") == "user"]
+    content = users[-1].get("content") if users else None
+    return content if isinstance(content, str) else None
 
 
 Behaviour = Callable[[RecordedRequest, "FakeOpenAIServer"], Reply]
@@ -115,11 +176,11 @@ def truncated_chat(content: str = "```python\nasync def orchestrate(ctx, args):\
 
 
 def html_page() -> Behaviour:
-    """A web page where the API should be (a base URL without the /v1 prefix)."""
+    """A web page where the API should be (a base URL without the /v1 prefix); free."""
 
     def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
         return Reply(200, None, headers={"Content-Type": "text/html"},
-                     raw=b"<!doctype html><html><body>Welcome</body></html>")
+                     raw=b"<!doctype html><html><body>Welcome</body></html>", charge=False)
     return behave
 
 
@@ -144,11 +205,60 @@ def unknown_model() -> Behaviour:
 
 
 def slow(seconds: float, then: Behaviour | None = None) -> Behaviour:
-    """Wait ``seconds`` before answering (with ``then``, else the default)."""
+    """Work ``seconds`` before answering (with ``then``, else the default).
+
+    The work completes (is charged, stored under the key) at the end of the wait, even if
+    the client gave up; a server stopped meanwhile drops the request uncharged."""
 
     def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
         reply = (then or server.default_behaviour(request.path))(request, server)
         reply.delay = seconds
+        return reply
+    return behave
+
+
+def charge_then_error(status: int = 500, then: Behaviour | None = None) -> Behaviour:
+    """Do the work (``then``, else the default), charge it, store it under the key when
+    honouring, and answer ``status`` anyway (a provider that fails after billing).
+    A request the work itself refuses (a 400) is answered that way, free."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        work = (then or server.default_behaviour(request.path))(request, server)
+        if work.status != 200:
+            return work
+        return Reply(status, _error_body(f"fake server error {status} after the work was done",
+                                         "server_error"), completed=work)
+    return behave
+
+
+def complete_late(seconds: float, then: Behaviour | None = None) -> Behaviour:
+    """The work completes at once (charged, stored under the key) but the answer comes
+    only ``seconds`` later: a client with a shorter timeout gives up on a paid call."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        reply = (then or server.default_behaviour(request.path))(request, server)
+        reply.answer_delay = seconds
+        return reply
+    return behave
+
+
+def rate_limited(retry_after: int = 1) -> Behaviour:
+    """429 with ``Retry-After`` before any work: free."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        return Reply(429, _error_body("Rate limit reached for requests; retry after "
+                                      f"{retry_after} s", "rate_limit_error"),
+                     headers={"Retry-After": str(retry_after)}, charge=False)
+    return behave
+
+
+def reject(status: int = 400, message: str = "") -> Behaviour:
+    """Refuse the request before any work (``status``, OpenAI-style body): free."""
+    refuse = error(status, message or f"fake rejection {status}")
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        reply = refuse(request, server)
+        reply.charge = False
         return reply
     return behave
 
@@ -173,6 +283,11 @@ def _default_chat(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
     return ok_chat()(request, server)
 
 
+def _free(reply: Reply) -> Reply:
+    reply.charge = False
+    return reply
+
+
 # ---- server --------------------------------------------------------------------------------------
 
 class _Handler(BaseHTTPRequestHandler):
@@ -180,6 +295,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, fmt: str, *args: Any) -> None:
         pass  # keep test output quiet
+
+    def do_GET(self) -> None:
+        request = RecordedRequest("GET", self.path,
+                                  {k.lower(): v for k, v in self.headers.items()}, None)
+        self._send(self.server.fake.lookup(request))
 
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
@@ -190,9 +310,24 @@ class _Handler(BaseHTTPRequestHandler):
             body = raw.decode("utf-8", "replace")
         request = RecordedRequest("POST", self.path,
                                   {k.lower(): v for k, v in self.headers.items()}, body)
-        reply = self.server.fake.handle(request)
-        if reply.delay and self.server.fake.stopping.wait(reply.delay):
-            return  # shutting down: drop the connection like a dying upstream
+        fake = self.server.fake
+        fake._enter()
+        settled = False
+        try:
+            reply = fake.handle(request)
+            if reply.delay and fake.stopping.wait(reply.delay):
+                return  # shutting down: drop the connection like a dying upstream
+            fake.settle(request, reply)
+            settled = True
+            if reply.answer_delay and fake.stopping.wait(reply.answer_delay):
+                return
+            self._send(reply)
+        finally:
+            if not settled:
+                fake.abandon(request)  # the work never completed: its key is free again
+            fake._leave()
+
+    def _send(self, reply: Reply) -> None:
         payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
         try:
             self.send_response(reply.status)
@@ -220,12 +355,20 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpenAIServer:
-    def __init__(self, *, api_key: str | None = None, prefix: str = "/v1") -> None:
+    def __init__(self, *, api_key: str | None = None, prefix: str = "/v1",
+                 idempotency: Idempotency = "ignore") -> None:
+        if idempotency not in ("honour", "ignore"):
+            raise ValueError(f"idempotency must be 'honour' or 'ignore', not {idempotency!r}")
         self.api_key = api_key
         self.prefix = prefix
+        self.idempotency = idempotency
         self.requests: list[RecordedRequest] = []
+        self.charges: list[Charge] = []
+        self.in_flight = 0  # POST requests being worked on or answered right now
+        self.peak_concurrency = 0  # the most POST requests in flight at once
         self.stopping = threading.Event()
         self._queues: dict[str, deque[Behaviour]] = defaultdict(deque)
+        self._keys: dict[str, _KeyState] = {}
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -253,15 +396,111 @@ class FakeOpenAIServer:
             return _default_chat
         return error(404, f"unknown path {path}")
 
+    def charged(self, prompt: str | None = None) -> int:
+        """How many times the work was charged (for ``prompt`` only, if given)."""
+        with self._lock:
+            return sum(1 for c in self.charges if prompt is None or c.prompt == prompt)
+
+    def _authorized(self, request: RecordedRequest) -> bool:
+        return self.api_key is None or \
+            request.headers.get("authorization") == f"Bearer {self.api_key}"
+
     def handle(self, request: RecordedRequest) -> Reply:
+        key = request.headers.get("idempotency-key")
         with self._lock:
             self.requests.append(request)
             queued = self._queues[request.path]
+            if not self._authorized(request):
+                if queued:
+                    queued.popleft()
+                return _free(error(401, "Incorrect API key provided.")(request, self))
+            if self.idempotency == "honour" and key:
+                answered = self._claim(key, body_digest(request.body), request)
+                if answered is not None:
+                    return answered  # the provider ran nothing: no queued behaviour is used
             behaviour = queued.popleft() if queued else None
-        if self.api_key is not None and \
-                request.headers.get("authorization") != f"Bearer {self.api_key}":
-            return error(401, "Incorrect API key provided.")(request, self)
         return (behaviour or self.default_behaviour(request.path))(request, self)
+
+    def _claim(self, key: str, digest: str, request: RecordedRequest) -> Reply | None:
+        """Under the lock: a stored, refused or conflicting answer, or None after marking
+        the key in progress for ``request``."""
+        state = self._keys.get(key)
+        if state is None:
+            self._keys[key] = _KeyState(digest, request)
+            return None
+        if state.digest != digest:
+            return _free(Reply(422, _error_body(
+                f"Idempotency-Key {key!r} was already used with another request (a different "
+                "body); send a new request under a new key", "invalid_request_error",
+                code="idempotency_key_reused")))
+        if state.completed is None:
+            return _free(Reply(409, _error_body(
+                f"a request with Idempotency-Key {key!r} is still in progress; retry after it "
+                "completes", "conflict", code="idempotency_key_in_progress")))
+        stored = state.completed
+        return Reply(stored.status, stored.body, headers={**stored.headers,
+                                                          "Idempotent-Replayed": "true"},
+                     raw=stored.raw, charge=False)
+
+    def settle(self, request: RecordedRequest, reply: Reply) -> None:
+        """The work of ``request`` is over: charge it if it was done, store it under the key
+        when honouring, or free the key."""
+        work = reply.completed if reply.completed is not None else \
+            reply if reply.status == 200 and reply.charge is not False else None
+        key = request.headers.get("idempotency-key")
+        with self._lock:
+            if work is not None:
+                self.charges.append(Charge(key, request.path, body_digest(request.body),
+                                           time.time(), request_prompt(request.body)))
+            if key is None or not self._owns(key, request):
+                return
+            if work is None:
+                del self._keys[key]
+            else:
+                self._keys[key].completed = Reply(work.status, work.body, dict(work.headers),
+                                                  raw=work.raw)
+
+    def abandon(self, request: RecordedRequest) -> None:
+        """``request`` was dropped before its work completed: its key is free, nothing charged."""
+        key = request.headers.get("idempotency-key")
+        with self._lock:
+            if key is not None and self._owns(key, request):
+                del self._keys[key]
+
+    def _owns(self, key: str, request: RecordedRequest) -> bool:
+        """Under the lock: ``request`` is the one running the work of ``key`` right now."""
+        state = self._keys.get(key)
+        return state is not None and state.owner is request and state.completed is None
+
+    def lookup(self, request: RecordedRequest) -> Reply:
+        """``GET {prefix}/requests/{key}``: what the provider knows of a key."""
+        with self._lock:
+            self.requests.append(request)
+        if not self._authorized(request):
+            return error(401, "Incorrect API key provided.")(request, self)
+        route = f"{self.prefix}/requests/"
+        if not request.path.startswith(route) or len(request.path) == len(route):
+            return error(404, f"unknown path {request.path}")(request, self)
+        key = unquote(request.path[len(route):])
+        with self._lock:
+            state = self._keys.get(key) if self.idempotency == "honour" else None
+            if state is None:
+                why = ("no request is known under Idempotency-Key " + repr(key)
+                       if self.idempotency == "honour" else
+                       "this provider keeps no requests by Idempotency-Key")
+                return Reply(404, _error_body(why, "invalid_request_error", code="unknown_key"))
+            if state.completed is None:
+                return Reply(200, {"status": "in_progress"})
+            return Reply(200, {"status": "completed", "response": state.completed.body})
+
+    def _enter(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.peak_concurrency = max(self.peak_concurrency, self.in_flight)
+
+    def _leave(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
 
     def start(self) -> FakeOpenAIServer:
         self._httpd = _Server(("127.0.0.1", 0), _Handler)

@@ -70,7 +70,14 @@ _TELLING = ("commit_recovered", "attempt_unresolved", "revision_lost", "job_requ
 
 
 def _paid_so_far(stack: Any, name: str) -> int:
-    return sum(1 for line in stack.provider_log() if line["run_id"].startswith(name))
+    return sum(1 for line in _answered(stack) if line["run_id"].startswith(name))
+
+
+def _answered(stack: Any) -> list[dict[str, Any]]:
+    """Dispatches the provider answered. One killed mid-call (its intent line, no answer)
+    did no work at the local provider: the operator's check finds nothing and abandons it
+    (``_reconcile_open_attempts``), so its re-execution is not a second payment."""
+    return [line for line in stack.provider_log() if line["outcome"] != "sent"]
 
 
 def _settle(stack: Any, handles: dict[str, Any], fixed_at: float, name: str) -> None:
@@ -132,7 +139,7 @@ def _reconcile_open_attempts(stack: Any, run_id: str) -> None:
 
 
 def _check_invariants(stack: Any, run_ids: list[str]) -> None:
-    lines = [line for line in stack.provider_log() if line["run_id"] in run_ids]
+    lines = [line for line in _answered(stack) if line["run_id"] in run_ids]
     paid = Counter((line["run_id"], line["identity"]) for line in lines)
     duplicates = {key: n for key, n in paid.items() if n > 1}
     assert duplicates == {}, f"duplicate paid calls: {duplicates}"

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from broker.providers import ProviderLog
 from tests.conftest import _missing_service
 from tests.workers.conftest import ROOT, Stack, make_stack
 
@@ -49,10 +50,7 @@ def revise(stack: Stack, home: Path, *argv: str, code: int = 0, timeout: float =
 
 
 def provider_log(home: Path) -> list[dict[str, Any]]:
-    path = home / "provider-log.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    return ProviderLog(home / "provider-log.jsonl").read()
 
 
 __all__ = ["HOST_A", "HOST_B", "ROOT", "make_stack", "provider_log", "revise",

@@ -84,6 +84,8 @@ def test_a_broker_worker_killed_on_host_b_is_recovered_by_the_lease(make_stack, 
     owner = pending[0].owner
     assert owner.split(":")[1] == HOST_B
     assert owner_alive(owner) is None, "host B's owner must not be judged from elsewhere"
+    wait_for(lambda: provider_log(stack.tmp_path / HOST_B), 30,
+             "the intent line written before the provider call")
     os.killpg(doomed.pid, signal.SIGKILL)  # the broker worker dies inside the provider call
     doomed.wait(10)
     killed = time.monotonic()
@@ -104,11 +106,12 @@ def test_a_broker_worker_killed_on_host_b_is_recovered_by_the_lease(make_stack, 
     stack.worker("capabilities", concurrency=2, index=1, host=HOST_B)
     stopped = handle.wait(90)  # the redelivered call answers without a provider call
     assert stopped["error"]["type"] == "AttemptUnresolved"
-    assert provider_log(stack.tmp_path / HOST_B) == []
+    (killed_call,) = provider_log(stack.tmp_path / HOST_B)  # the request left, no answer
+    assert (killed_call["identity"], killed_call["outcome"]) == ("orchestrate/#0@:0", "sent")
     decision = stack.client.app.send_task(
         RECONCILE_TASK, args=["run-crash", "orchestrate/#0@:0"],
         kwargs={"operator": "ana", "reason": "the provider has no record of it"}).get(30)
     assert decision["decision"] == "abandoned"
     again = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash").wait(90)
     assert again["status"] == "succeeded" and again["calls"]["executed"] == 2
-    assert len(provider_log(stack.tmp_path / HOST_B)) == 2
+    assert [e["outcome"] for e in provider_log(stack.tmp_path / HOST_B)] == ["sent", "ok", "ok"]

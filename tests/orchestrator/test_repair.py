@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 from broker.envelope import Envelope
 from broker.errors import InputError
+from broker.providers import ProviderLog
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import Services, open_services
 from orchestrator.models import OpenAIChatBackend, RecordedBackend
@@ -255,7 +256,7 @@ def test_revise_repair_execute_replays_three_and_executes_one(tmp_path: Path) ->
     run = data["run"]
     assert run["status"] == "succeeded" and run["revision"] == 2
     assert (run["calls"]["replayed"], run["calls"]["executed"]) == (3, 1)
-    log = (home / "provider-log.jsonl").read_text().splitlines()
+    log = ProviderLog(home / "provider-log.jsonl").read()
     assert len(log) == 5  # 4 in the first run, 1 in the repair
 
 

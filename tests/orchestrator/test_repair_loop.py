@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 from broker.catalog import CATALOG
 from broker.envelope import Budget, Envelope
+from broker.providers import ProviderLog
 from broker.settings import OrphanPolicy, SandboxKind, Settings
 from orchestrator.cli import app
 from orchestrator.cli_common import (
@@ -95,8 +96,7 @@ def executor(services: Services, run_id: str, args: Any, envelope: Envelope | No
 
 
 def provider_calls(home: Path) -> int:
-    log = home / "provider-log.jsonl"
-    return len(log.read_text().splitlines()) if log.exists() else 0
+    return len(ProviderLog(home / "provider-log.jsonl").read())
 
 
 # ---- the prompt ---------------------------------------------------------------------------------

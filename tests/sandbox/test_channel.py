@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from broker.envelope import Envelope, SandboxLimits
+from broker.providers import ProviderLog
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.child import ChildSandbox
@@ -94,8 +95,7 @@ def probe_run(tmp_path: Path):
             elapsed = time.monotonic() - started
             run = services.store.get_run("probe")
             assert str(run.status) != "running"
-            log = settings.provider_log_path
-            assert (len(log.read_text().splitlines()) if log.exists() else 0) == paid
+            assert len(ProviderLog(settings.provider_log_path).read()) == paid
             return report.to_json(), elapsed, run
         finally:
             services.close()

@@ -3,12 +3,12 @@ in the Docker sandbox and in the bubblewrap process sandbox."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
 
 from broker.envelope import Envelope, SandboxLimits
+from broker.providers import ProviderLog
 from sandbox.acceptance_pipeline import run_unchecked, script
 
 
@@ -23,9 +23,7 @@ def run(services, body: str, args: dict | None = None) -> dict:
 
 
 def provider_identities(services) -> list[str]:
-    path = services.settings.provider_log_path
-    return [json.loads(line)["identity"] for line in path.read_text().splitlines()] \
-        if path.exists() else []
+    return [entry["identity"] for entry in ProviderLog(services.settings.provider_log_path).read()]
 
 
 def test_subclasses_walk_reaches_no_host_file(services, tmp_path: Path) -> None:

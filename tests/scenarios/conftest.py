@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 import pytest
 
 from broker.envelope import Envelope
+from broker.providers import ProviderLog
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import Services, open_services
 from sandbox.runner import ProcessRunner
@@ -33,10 +33,7 @@ class Harness:
                                  envelope or Envelope()).to_json()
 
     def provider_log(self) -> list[dict[str, Any]]:
-        path = self.services.settings.provider_log_path
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        return ProviderLog(self.services.settings.provider_log_path).read()
 
 
 def _runner(kind: str, settings: Settings):

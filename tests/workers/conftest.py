@@ -7,7 +7,6 @@ its processes are terminated (process group) in teardown.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from broker.providers import ProviderLog
 from broker.settings import Settings
 from sandbox.runner import kill_processes_mentioning
 from workers.client import Client
@@ -143,10 +143,7 @@ class Stack:
         return self.context.store
 
     def provider_log(self) -> list[dict[str, Any]]:
-        path = self.settings.provider_log_path
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line]
+        return ProviderLog(self.settings.provider_log_path).read()
 
     def events(self, run_id: str, kind: str) -> list[Any]:
         return [e for e in self.store.list_events(run_id) if e.kind == kind]

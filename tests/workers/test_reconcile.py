@@ -32,6 +32,7 @@ def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> N
 
     handle = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash")
     wait_for(lambda: _attempts(stack, AttemptStatus.PENDING), 60, "the durable attempt")
+    wait_for(stack.provider_log, 30, "the intent line written before the provider call")
     os.killpg(doomed.pid, signal.SIGKILL)  # the broker worker dies inside the provider call
     doomed.wait(10)
 
@@ -47,7 +48,8 @@ def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> N
     report = handle.wait(90)  # the redelivered call task answers without a provider call
     assert report["status"] == "stopped"
     assert report["error"]["type"] == "AttemptUnresolved"
-    assert stack.provider_log() == []
+    (killed,) = stack.provider_log()  # the request left; no answer was recorded
+    assert (killed["identity"], killed["outcome"]) == ("orchestrate/#0@:0", "sent")
 
     decision = stack.client.app.send_task(
         RECONCILE_TASK, args=["run-crash", "orchestrate/#0@:0"],
@@ -57,7 +59,7 @@ def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> N
     again = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash").wait(90)
     assert again["status"] == "succeeded"
     assert again["calls"]["executed"] == 2
-    assert [line["identity"] for line in stack.provider_log()] == [
-        "orchestrate/#0@:0", "orchestrate/#1@:0"]
+    assert [(line["identity"], line["outcome"]) for line in stack.provider_log()] == [
+        ("orchestrate/#0@:0", "sent"), ("orchestrate/#0@:0", "ok"), ("orchestrate/#1@:0", "ok")]
     reconciled = stack.events("run-crash", "attempt_reconciled")
     assert reconciled[0].data["operator"] == "ana"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from broker.envelope import Envelope, SandboxLimits
+from broker.providers import ProviderLog
 from sandbox.acceptance_attacks import Canary, files_holding, wait_gone
 
 from .corpus import Attack
@@ -84,11 +85,8 @@ def _redis_has(key: str) -> bool:
 
 
 def _provider_calls(services: Any, run_id: str) -> int:
-    path = services.settings.provider_log_path
-    if not path.exists():
-        return 0
-    return sum(json.loads(line).get("run_id") == run_id
-               for line in path.read_text().splitlines())
+    return sum(entry.get("run_id") == run_id
+               for entry in ProviderLog(services.settings.provider_log_path).read())
 
 
 @dataclass

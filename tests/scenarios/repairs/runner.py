@@ -21,7 +21,6 @@ the prefix promises that each slot serves at most one call per revision.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -32,6 +31,7 @@ from unittest import mock
 
 from broker.dispatch import Broker
 from broker.envelope import Envelope
+from broker.providers import ProviderLog
 from orchestrator.session import Session
 
 from .corpus import Shape, Step
@@ -150,9 +150,8 @@ class StepResult:
 
 
 def read_provider_log(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    """One entry per dispatch (intent and outcome lines folded by ProviderLog.read)."""
+    return ProviderLog(path).read()
 
 
 def semantic_warnings(report: dict[str, Any]) -> int:
