@@ -133,6 +133,7 @@ class Session:
         self.nonce = secrets.token_hex(16)
         self.calls: list[Recorded] = []
         self.warnings: list[str] = []
+        self._maybe_charged: set[Identity] = set()  # new calls answered "may have charged"
         self._lock = threading.Lock()
         self._latched = threading.Event()
         self._stop: ReviseError | None = None
@@ -344,9 +345,16 @@ class Session:
         paid_at = slot.identity if slot is not None else decision.asked_at
         line = slot.line if slot is not None else None
         where = f"{paid_at}" + (f" (line {line})" if line else "")
+        if slot is not None:
+            how = f"was already paid at {where}"
+        elif paid_at in self._maybe_charged:
+            how = (f"was sent earlier in this revision, at {where}, and the provider "
+                   "answered with an error after which it may have charged; it counts as "
+                   "paid until an operator decides (`revise reconcile`)")
+        else:
+            how = f"is asked for earlier in this revision, at {where}"
         message = (f"semantic repeat at {call.identity}: this exact {call.capability} payload "
-                   + (f"was already paid at {where}" if slot is not None
-                      else f"is asked for earlier in this revision, at {where}"))
+                   f"{how}")
         if action is LedgerAction.DENY:
             self._record(Recorded(call.identity, call.capability, Outcome.DENIED))
             self.latch(SemanticRepeatDenied(
@@ -386,7 +394,9 @@ class Session:
             self.latch(report.stop)
             return
         if report.outcome is Outcome.FAILED:
-            if (report.error or {}).get("charged") != "maybe":
+            if (report.error or {}).get("charged") == "maybe":
+                self._maybe_charged.add(report.identity)
+            else:
                 self.prefix.answered_free(report.identity)
             self._answer(seq, {"ok": False, "error": report.error})
         else:

@@ -9,14 +9,22 @@ fields with the outcome, under the same ``"dispatch"`` id.
 Tests, benchmarks and ``revise reconcile --from-log`` count and read
 dispatches through ``ProviderLog.read()`` ("no call paid twice"), which
 returns one entry per dispatch, rejected calls included. Each line is a single
-``write()`` on a descriptor opened with ``O_APPEND`` for that write, so
-threads and separate worker processes can share the file without
-interleaving lines.
+``write()`` on a descriptor opened with ``O_APPEND`` for that write, under an
+exclusive ``flock``, so threads and separate worker processes can share the file
+without interleaving lines.
+
+The log never stands between a request and its answer: the run store holds each
+attempt's dispatch record (``sent_at``, ``answered_at``) and the commit is the
+truth. A line that cannot be written (a full disk) is written not at all (a short
+write is truncated away), the log says it is ``degraded`` and why, and the call
+goes on; readers skip any line that is not whole.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import logging
 import os
 import threading
 import uuid
@@ -30,25 +38,48 @@ from broker.errors import CapabilityError, ReviseError
 from broker.identity import payload_digest
 from broker.providers.base import CallContext, Provider, ProviderResult
 
+log = logging.getLogger("revise.provider_log")
+
 
 class ProviderLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self.degraded: str | None = None  # why the last line could not be written
 
-    def append(self, entry: dict[str, Any]) -> None:
+    def append(self, entry: dict[str, Any]) -> bool:
+        """Write one line whole (fsynced) or not at all; False, loudly, when it could not
+        be written. Never raises."""
         line = (json.dumps(entry, sort_keys=True, separators=(",", ":"), default=str)
                 + "\n").encode("utf-8")
+        try:
+            with self._lock:
+                self._write(line)
+        except OSError as exc:
+            self.degraded = f"{self.path}: {exc.strerror or exc}"
+            log.error("the provider log cannot be written (%s); the %s line of %s is not "
+                      "in it (the run store's dispatch record is)", self.degraded,
+                      entry.get("phase", "dispatch"), entry.get("identity"))
+            return False
+        self.degraded = None
+        return True
+
+    def _write(self, line: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self._lock:
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # other processes append between our steps
+            start = os.fstat(fd).st_size
             try:
                 written = os.write(fd, line)
-                if written != len(line):  # regular files write fully; never leave half a line
-                    raise OSError(f"short write to {self.path}: {written} of {len(line)} bytes")
+                if written != len(line):
+                    raise OSError(28, f"short write: {written} of {len(line)} bytes")
                 os.fsync(fd)
-            finally:
-                os.close(fd)
+            except OSError:
+                os.ftruncate(fd, start)  # half a line is never left behind
+                raise
+        finally:
+            os.close(fd)
 
     def read(self) -> list[dict[str, Any]]:
         """One entry per dispatch, in the order dispatches ended.
@@ -67,17 +98,16 @@ class ProviderLog:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
             return []
-        lines = text.splitlines()
         entries = []
-        for number, raw in enumerate(lines, start=1):
+        for raw in text.splitlines():
             if not raw.strip():
                 continue
             try:
-                entries.append(json.loads(raw))
+                entry = json.loads(raw)
             except json.JSONDecodeError:
-                if number == len(lines) and not text.endswith("\n"):
-                    break  # a line torn by a crash mid-write; everything before it is whole
-                raise
+                continue  # a line torn by a crash or a full disk mid-write
+            if isinstance(entry, dict):
+                entries.append(entry)
         return entries
 
 
@@ -107,20 +137,19 @@ def _now() -> str:
 
 
 class LoggedProvider:
-    """Wraps a provider; logs every execute before and after, then returns or raises unchanged.
-
-    If the intent line cannot be written the ``OSError`` propagates and the
-    provider is not called. If the outcome line cannot be written the
-    ``OSError`` propagates even after a successful call: an execution that
-    cannot be audited is not reported as a success (fail closed). The
-    provider idempotency key makes the broker's retry of that identity safe
-    with providers that honour it.
-    """
+    """Wraps a provider; logs every execute before and after, then returns or raises
+    unchanged, whether or not the log could be written (``ProviderLog.append``): a paid
+    answer is never turned into a failure by a local disk. ``degraded`` says why the log
+    is missing lines."""
 
     def __init__(self, inner: Provider, log: ProviderLog) -> None:
         self.inner = inner
         self.log = log
         self.name = inner.name
+
+    @property
+    def degraded(self) -> str | None:
+        return self.log.degraded
 
     def _provider(self, capability: Capability) -> Provider:
         resolve = getattr(self.inner, "provider_for", None)

@@ -1,0 +1,168 @@
+"""Money at a real provider (issue 24): an HTTP provider on 127.0.0.1 that charges, then
+fails; that completes after the client gave up; that honours or ignores idempotency
+keys; that rate-limits. Counted from the provider's own charge ledger, never from ours.
+
+* a failure the provider may have charged for is paid until proven otherwise: the
+  script's own retry of the same request, and a repair, never pay it again where keys
+  are ignored; where keys are honoured the same request is asked again under its key
+  and the provider answers with the work it did;
+* a key names one request: a repaired payload at the same identity gets another key
+  (a provider that rejects a reused key with another body never sees one), and two
+  deployments with the same run id never share keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from broker.envelope import Envelope
+from broker.records import AttemptStatus
+from tests.fakes.openai_server import (
+    FAKE_API_KEY,
+    IMAGES,
+    FakeOpenAIServer,
+    charge_then_error,
+    complete_late,
+    rate_limited,
+    reject,
+)
+
+from .conftest import Harness
+from .repairs.corpus import _s
+
+
+@pytest.fixture(params=["process", pytest.param("process+postgresql",
+                                                marks=pytest.mark.postgres)])
+def sandbox_kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def _harness(make_harness: Callable[..., Harness], server: FakeOpenAIServer, *,
+             honours: bool = False, timeout: float = 5.0, home: str | None = None) -> Harness:
+    return make_harness(provider="http", provider_base_url=server.base_url,
+                        provider_api_key=FAKE_API_KEY, provider_timeout_seconds=timeout,
+                        provider_honours_idempotency_key=honours, home=home)
+
+
+def _run(harness: Harness, script: str, run_id: str = "run-1") -> dict[str, Any]:
+    return harness.pipeline.run(run_id, script, {}, Envelope()).to_json()
+
+
+RETRYING = _s('''
+    async def orchestrate(ctx, args):
+        for attempt in range(3):
+            try:
+                hero = await ctx.run("image.generate", {"prompt": "hero on a cliff"})
+                return hero["artifact"]["id"]
+            except CapabilityError as e:
+                last = e.charged
+        return last
+''')
+REPAIRED = _s('''
+    async def orchestrate(ctx, args):
+        hero = await ctx.run("image.generate", {"prompt": "hero on a cliff, at dawn"})
+        return hero["artifact"]["id"]
+''')
+ONE = _s('''
+    async def orchestrate(ctx, args):
+        hero = await ctx.run("image.generate", {"prompt": "hero on a cliff"})
+        return hero["artifact"]["id"]
+''')
+
+
+def test_a_charged_5xx_is_never_paid_again_where_keys_are_ignored(make_harness) -> None:
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, charge_then_error(500))
+        harness = _harness(make_harness, server)
+        first = _run(harness, RETRYING)
+        # The script's own retry loop asks for the same request again: refused, unpaid.
+        assert first["status"] == "stopped", first
+        assert first["error"]["type"] == "SemanticRepeatDenied"
+        assert "may have charged" in first["error"]["message"]
+        assert server.charged() == 1
+        (attempt,) = harness.services.store.list_attempts("run-1")
+        assert attempt.status is AttemptStatus.UNCERTAIN and attempt.sent_at is not None
+        repair = _run(harness, ONE)  # the same request in a repair: an operator decides
+        assert repair["status"] == "stopped"
+        assert repair["error"]["type"] == "SemanticRepeatDenied"
+        assert "may have charged" in repair["error"]["message"]
+        assert "revise reconcile" in repair["error"]["message"]
+        assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 1
+
+
+def test_a_charged_5xx_is_answered_under_its_key_where_keys_are_honoured(make_harness
+                                                                        ) -> None:
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        server.queue(IMAGES, charge_then_error(502))
+        harness = _harness(make_harness, server, honours=True)
+        first = _run(harness, ONE)
+        assert first["status"] == "succeeded", first["error"]
+        keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
+        assert len(keys) == 2 and keys[0] == keys[1]  # asked again under the same key
+        assert server.charged() == 1
+
+
+def test_a_late_completion_is_answered_under_its_key_where_keys_are_honoured(
+        make_harness) -> None:
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        server.queue(IMAGES, complete_late(1.5))
+        harness = _harness(make_harness, server, honours=True, timeout=0.5)
+        first = _run(harness, ONE)
+        assert first["status"] == "succeeded", first["error"]
+        assert server.charged() == 1
+
+
+def test_a_repaired_payload_after_a_charged_failure_is_another_request(make_harness
+                                                                       ) -> None:
+    """A charged 5xx at an identity, then a repair that changes the payload there: the old
+    key would have fetched the old picture for the new prompt (a provider that
+    deduplicates) or been refused (one that checks the body). The new payload is another
+    request with its own key, and its own picture."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        server.queue(IMAGES, charge_then_error(500))
+        harness = _harness(make_harness, server)  # the operator did not say keys work
+        first = _run(harness, ONE)
+        assert first["status"] == "failed" and first["error"]["charged"] == "maybe"
+        repair = _run(harness, REPAIRED)
+        assert repair["status"] == "succeeded", repair["error"]
+        keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
+        assert len(set(keys)) == 2 and server.charged() == 2
+        (slot,) = harness.services.store.list_slots("run-1")
+        assert slot.result["prompt"] == "hero on a cliff, at dawn"
+        assert slot.identity == harness.services.store.list_attempts("run-1")[0].identity
+
+
+def test_a_rate_limited_request_waits_its_retry_after_and_pays_once(make_harness) -> None:
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, rate_limited(1))
+        harness = _harness(make_harness, server)
+        first = _run(harness, ONE)
+        assert first["status"] == "succeeded", first["error"]
+        assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 2
+
+
+def test_a_refused_request_is_free_and_may_be_asked_again(make_harness) -> None:
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, reject(400, "the prompt was refused"))
+        harness = _harness(make_harness, server)
+        first = _run(harness, RETRYING)
+        assert first["status"] == "succeeded", first["error"]
+        assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 2
+        statuses = [a.status for a in harness.services.store.list_attempts("run-1")]
+        assert statuses == [AttemptStatus.FAILED, AttemptStatus.SUCCEEDED]
+
+
+def test_two_deployments_with_one_run_id_never_share_a_key(make_harness, sandbox_kind
+                                                           ) -> None:
+    if sandbox_kind.endswith("postgresql"):
+        pytest.skip("both harnesses share one PostgreSQL database: that is one deployment")
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        ours = _harness(make_harness, server, honours=True, home="ours")
+        theirs = _harness(make_harness, server, honours=True, home="theirs")
+        assert _run(ours, ONE, "scout")["status"] == "succeeded"
+        assert _run(theirs, ONE, "scout")["status"] == "succeeded"
+        keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
+        assert len(set(keys)) == 2 and server.charged() == 2
