@@ -246,11 +246,13 @@ def attempts_cmd(
     run_id: Annotated[str | None, typer.Option("--run-id")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """List provider attempts (written before dispatch)."""
+    """List provider attempts (written before dispatch), with when each request was sent
+    and when its answer was recorded; --unresolved: those an operator may have to decide
+    (pending, unresolved, uncertain: possibly charged)."""
     from broker.records import AttemptStatus
 
-    statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.PENDING}) if unresolved \
-        else None
+    statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.PENDING,
+                          AttemptStatus.UNCERTAIN}) if unresolved else None
     services = _services()
     try:
         attempts = services.store.list_attempts(run_id, statuses)
@@ -308,9 +310,13 @@ def reconcile_cmd(
                                  artifacts=services.artifacts, **kwargs)
     finally:
         services.close()
-    emit(as_json, data, lambda c: c.print(
-        f"{data['decision']} attempt #{data['attempt_id']} at {data['identity']}; "
-        f"{data['open_attempts_left']} open attempt(s) left in {run_id}"))
+    def human(c: Any) -> None:
+        c.print(f"{data['decision']} attempt #{data['attempt_id']} at {data['identity']}; "
+                f"{data['open_attempts_left']} open attempt(s) left in {run_id}")
+        if data.get("warning"):
+            c.print(f"[yellow]warning:[/] {render.escape(data['warning'])}")
+
+    emit(as_json, data, human)
 
 
 def _read_artifact(path: Path) -> bytes:

@@ -263,6 +263,14 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
     if not remaining:
         store.set_run_status(run_id, RunStatus.STOPPED,
                              "reconciled; run the script again on this run id to continue")
-    return {"run_id": run_id, "identity": str(ident), "decision": decided.status.value,
+    data = {"run_id": run_id, "identity": str(ident), "decision": decided.status.value,
             "attempt_id": attempt.id, "operator": operator, "reason": reason,
             "open_attempts_left": len(remaining)}
+    if result is _UNSET and attempt.sent_at is not None:
+        data["warning"] = (
+            f"the request of attempt #{attempt.number} was sent at "
+            f"{attempt.sent_at.isoformat(timespec='seconds')} (Idempotency-Key "
+            f"{attempt.idempotency_key}); abandoned, the call is asked for again when the "
+            "run is submitted, and a provider that does not deduplicate by that key is paid "
+            "again if it did the work")
+    return data

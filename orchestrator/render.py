@@ -122,15 +122,25 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
             "capability": a.capability, "number": a.number, "status": str(a.status),
             "owner": a.owner, "revision": a.revision, "created_at": a.created_at.isoformat(),
             "heartbeat_at": a.heartbeat_at.isoformat(), "idempotency_key": a.idempotency_key,
-            "error": a.error}
+            "sent_at": _iso(a.sent_at), "answered_at": _iso(a.answered_at), "error": a.error}
+
+
+def _iso(at: Any) -> str | None:
+    return None if at is None else at.isoformat()
 
 
 def attempts(c: Console, items: list[AttemptRecord]) -> None:
-    table = Table("id", "run", "identity", "capability", "#", "status", "owner")
+    table = Table("id", "run", "identity", "capability", "#", "status", "sent", "answered",
+                  "owner")
     for a in items:
         table.add_row(str(a.id), a.run_id, str(a.identity), a.capability, str(a.number),
-                      _status(str(a.status)), a.owner)
+                      _status(str(a.status)), _clock(a.sent_at), _clock(a.answered_at),
+                      a.owner)
     c.print(table)
+
+
+def _clock(at: Any) -> str:
+    return "no" if at is None else at.strftime("%H:%M:%S")
 
 
 def certificate(c: Console, data: dict[str, Any]) -> None:
