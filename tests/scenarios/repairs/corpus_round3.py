@@ -1289,3 +1289,180 @@ _mine("brief_respelled_in_plan", "respell", (
                                                               "size": sizes[i]}))
             return len(shots)
      '''), "succeeded", 1, calls={"replayed": 2, "executed": 1})))
+
+RACE_PAIR = _s('''
+    async def orchestrate(ctx, args):
+        async def attempt(item, size):
+            return await ctx.run("image.generate", {"prompt": item, "size": size})
+
+        async def pick(item):
+            return await ctx.race([attempt(item, s) for s in ["BADSIZE", "512x512"]])
+
+        arts = await ctx.parallel([pick(i) for i in ITEMS])
+        poster = await ctx.run("image.generate", {"prompt": "poster", "size": "POSTER"})
+        return [a["prompt"] for a in arts[:2]] + [poster["size"]]
+''').replace("BADSIZE", BAD)
+
+_mine("race_pair_swapped_in_parallel", "race", (
+    "Two races through one helper, run by ctx.parallel over [logo, badge]; the model "
+    "swaps the list while fixing the poster. Each race now stands at the other's fanout "
+    "path. A race must replay the same winner: the committed decision whose winner's "
+    "first call (call expression and payload) is among this race's branches is the "
+    "unique match, exactly as for a moved call; never a divergence for committed work, "
+    "never another item's image."),
+    (Step(RACE_PAIR.replace("ITEMS", '["logo", "badge"]').replace("POSTER", BAD), "failed",
+          5, "CapabilityError", {"succeeded": 2, "failed": 3}),
+     Step(RACE_PAIR.replace("ITEMS", '["badge", "logo"]').replace("POSTER", "512x512"),
+          "succeeded", 1, calls={"replayed": 4, "executed": 1}, races_replayed=2)),
+    xfail=("v2 stops with ReplayDivergence before any effect (0 paid): 'the race at "
+           "orchestrate/#0>orchestrate.pick/#0@0:0 has a committed winner that none of its "
+           "branches makes any more'. Prefix.race takes the committed race at the race's own "
+           "identity without checking that its winner is among the branches, and looks for "
+           "a moved race of the site only when that identity has none; a swapped pair of "
+           "races never relocates, though the same swap of plain calls replays"))
+
+_mine("race_in_loop_reordered", "race", (
+    "The race-per-item loop with its item list reversed: each race occurrence now meets "
+    "the other occurrence's committed decision. As for a moved call, the one unused "
+    "committed race whose winner this race's branches make is its decision: both "
+    "winners replay, only the poster is paid."),
+    (Step(RACE_LOOP.replace("POSTER", BAD), "failed", 5, "CapabilityError",
+          {"succeeded": 2, "failed": 3}),
+     Step(RACE_LOOP.replace("POSTER", "512x512").replace('["logo", "badge"]',
+                                                         '["badge", "logo"]'),
+          "succeeded", 1, calls={"replayed": 4, "executed": 1}, races_replayed=2)),
+    xfail=("v2 stops with ReplayDivergence before any effect (0 paid): 'the race at "
+           "orchestrate/for0/#0@:0 has a committed winner that none of its branches makes "
+           "any more'. Occurrence 0 of the race site gets occurrence 0's committed decision "
+           "(the logo's) although its branches now make the badge's calls; the unused "
+           "decision at occurrence 1 whose winner they make is never considered"))
+
+_mine("early_return_in_parallel_branch", "early_return", (
+    "Inside one ctx.parallel branch the model returns early (a guard on the branch's "
+    "input) before the branch's second, committed call: that identity is an orphan "
+    "(warned), the other branch replays, the fixed cover is paid."),
+    (Step(_s(f'''
+        async def orchestrate(ctx, args):
+            async def scene(name, detail):
+                wide = await ctx.run("image.generate", {{"prompt": name + " wide"}})
+                close = await ctx.run("image.generate", {{"prompt": name + " " + detail}})
+                return [wide["prompt"], close["prompt"]]
+
+            scenes = await ctx.parallel([scene("harbour", "ropes"), scene("market", "fruit")])
+            cover = await ctx.run("image.generate", {{"prompt": "cover", "size": "{BAD}"}})
+            return scenes
+     '''), "failed", 5, "CapabilityError", {"succeeded": 4, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            async def scene(name, detail):
+                wide = await ctx.run("image.generate", {"prompt": name + " wide"})
+                if detail == "fruit":
+                    return [wide["prompt"]]
+                close = await ctx.run("image.generate", {"prompt": name + " " + detail})
+                return [wide["prompt"], close["prompt"]]
+
+            scenes = await ctx.parallel([scene("harbour", "ropes"), scene("market", "fruit")])
+            cover = await ctx.run("image.generate", {"prompt": "cover", "size": "512x512"})
+            return scenes
+     '''), "succeeded", 1, calls={"replayed": 3, "executed": 1}, orphans=1)))
+
+_mine("system_field_respelled", "respell", (
+    "The text call's system field (a free-text field) retyped with a doubled space and a "
+    "trailing newline through its variable: the same request once normalized, so the "
+    "committed text replays; only the fixed image is paid."),
+    (Step(_s(f'''
+        async def orchestrate(ctx, args):
+            system = "You write short, warm taglines."
+            line = await ctx.run("text.generate", {{"prompt": "a tagline", "system": system}})
+            art = await ctx.run("image.generate", {{"prompt": "key art", "size": "{BAD}"}})
+            return line["text"]
+     '''), "failed", 2, "CapabilityError", {"succeeded": 1, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            system = "You write short,  warm taglines.\\n"
+            line = await ctx.run("text.generate", {"prompt": "a tagline", "system": system})
+            art = await ctx.run("image.generate", {"prompt": "key art", "size": "512x512"})
+            return [line["text"], art["size"]]
+     '''), "succeeded", 1, calls={"replayed": 1, "executed": 1})))
+
+_mine("twins_into_helper", "twins", (
+    "The direct twins ({\"prompt\": p}, p rebound) moved into one helper gen(p) called "
+    "twice, the payload expression kept: two frozen sites with one call expression meet "
+    "two candidate chains with one call expression, so no match is unique; the gate "
+    "stops (ambiguous) before any sandbox rather than guess which twin is which."),
+    (Step(_s(f'''
+        async def orchestrate(ctx, args):
+            p = "north gate"
+            north = await ctx.run("image.generate", {{"prompt": p}})
+            p = "south gate"
+            south = await ctx.run("image.generate", {{"prompt": p}})
+            cover = await ctx.run("image.generate", {{"prompt": "map", "size": "{BAD}"}})
+            return [north["prompt"], south["prompt"]]
+     '''), "failed", 3, "CapabilityError", {"succeeded": 2, "failed": 1}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            async def gen(p):
+                return await ctx.run("image.generate", {"prompt": p})
+
+            north = await gen("north gate")
+            south = await gen("south gate")
+            cover = await ctx.run("image.generate", {"prompt": "map"})
+            return [north["prompt"], south["prompt"], cover["prompt"]]
+     '''), "stopped", 0, "GateRejected", {"executed": 0}, gate=("ambiguous", "ambiguous"))))
+
+RETAKE_V1 = _s('''
+    async def orchestrate(ctx, args):
+        takes = []
+        for i in range(3):
+            takes.append(await ctx.run("image.generate", {"prompt": "a storm at sea"}))
+        return len(takes)
+''')
+RETAKE_TAKES = _s('''
+    async def orchestrate(ctx, args):
+        takes = []
+        for i in range(1):
+            takes.append(await ctx.run("image.generate", {"prompt": "a storm at sea"}))
+        for i in range(2):
+            takes.append(await ctx.run("image.generate", {"prompt": "a storm at sea"},
+                                       take=i + 2))
+        return len(takes)
+''')
+
+_mine("constant_loop_takes_added_in_repair", "takes", (
+    "v1's loop of one payload is denied at its second pass (a repeat in its own "
+    "revision). The model first adds take=i + 1 to the committed call: that edits a "
+    "committed call expression, refused at the gate (call_changed). It then keeps the "
+    "committed call (one pass) and adds a loop of take=2 and take=3: take 1 replays; take "
+    "2 is a further take of a payload an earlier revision paid, which no earlier "
+    "revision asked for: refused (TakeNotApproved) until a person approves; approved, "
+    "takes 2 and 3 are paid on purpose."),
+    (Step(RETAKE_V1, "stopped", 1, "SemanticRepeatDenied", {"succeeded": 1, "denied": 1}),
+     Step(RETAKE_V1.replace('"a storm at sea"})', '"a storm at sea"}, take=i + 1)'),
+          "stopped", 0, "GateRejected", {"executed": 0}, gate=("call_changed",)),
+     Step(RETAKE_TAKES, "stopped", 0, "TakeNotApproved",
+          {"replayed": 1, "executed": 0, "denied": 1}),
+     Step(RETAKE_TAKES, "succeeded", 2, calls={"replayed": 1, "executed": 2}, takes=2,
+          approved_takes=("image.generate",))))
+
+_mine("constant_loop_prompts_made_distinct", "loops", (
+    "The other answer to a denied constant loop: make each pass's prompt distinct. "
+    "Written as {\"prompt\": prompt} with prompt = f'a storm at sea, take {i}', it edits "
+    "the committed call expression: the gate refuses it (call_changed), nothing runs. "
+    "v3 keeps the committed call for pass 0 (moved into an if block: it relocates and "
+    "replays) and sends the new passes through a new call: two are paid."),
+    (Step(RETAKE_V1, "stopped", 1, "SemanticRepeatDenied", {"succeeded": 1, "denied": 1}),
+     Step(RETAKE_V1.replace('{"prompt": "a storm at sea"}', '{"prompt": prompt}').replace(
+         "        takes.append", '        prompt = f"a storm at sea, take {i}"\n'
+                                '        takes.append'),
+          "stopped", 0, "GateRejected", {"executed": 0}, gate=("call_changed",)),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            takes = []
+            for i in range(3):
+                if i == 0:
+                    takes.append(await ctx.run("image.generate", {"prompt": "a storm at sea"}))
+                else:
+                    takes.append(await ctx.run("image.generate",
+                                               {"prompt": f"a storm at sea, take {i}"}))
+            return len(takes)
+     '''), "succeeded", 2, calls={"replayed": 1, "executed": 2}, relocations=1)))
