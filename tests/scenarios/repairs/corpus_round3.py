@@ -1466,3 +1466,48 @@ _mine("constant_loop_prompts_made_distinct", "loops", (
                                                {"prompt": f"a storm at sea, take {i}"}))
             return len(takes)
      '''), "succeeded", 2, calls={"replayed": 1, "executed": 2}, relocations=1)))
+
+_mine("fallback_fixed_in_try_body", "fallback", (
+    "Instead of promoting the committed fallback, the model fixes the try body's size to "
+    "the fallback's (through a new variable): the try body now asks, at a new call "
+    "expression, for exactly the request the fallback paid. A semantic repeat of a paid "
+    "side-effecting payload: denied before dispatch, never bought twice (the committed "
+    "fallback is the call to keep)."),
+    (Step(FALLBACK_V1, "failed", 4, "CapabilityError", {"succeeded": 2, "failed": 2}),
+     Step(_s('''
+        async def orchestrate(ctx, args):
+            hero = await ctx.run("image.generate", {"prompt": "hero"})
+            size = "512x512"
+            try:
+                poster = await ctx.run("image.generate", {"prompt": "poster", "size": size})
+            except CapabilityError:
+                poster = await ctx.run("image.generate", {"prompt": "poster", "size": "512x512"})
+            banner = await ctx.run("image.generate", {"prompt": "banner", "size": "512x512"})
+            return [hero["size"], poster["size"], banner["size"]]
+     '''), "stopped", 0, "SemanticRepeatDenied", {"replayed": 1, "executed": 0,
+                                                  "denied": 1})))
+
+DOOR_FANOUT = _s('''
+    async def orchestrate(ctx, args):
+        async def gen(prompt):
+            return await ctx.run("image.generate", {"prompt": prompt})
+
+        doors = await ctx.parallel([gen(p) for p in ["red", "blue", "grey", "teal"][:N]])
+        TAIL
+''')
+
+_mine("fanout_shrunk_then_restored", "reintroduce", (
+    "v2 cuts a fanout from four doors to two (two orphans, warned) and adds a cover; v3 "
+    "restores all four: the two orphaned branches are reached again at their committed "
+    "paths and replay from v1's record; nothing is paid twice."),
+    (Step(DOOR_FANOUT.replace("N", "4").replace(
+        "TAIL", 'raise RuntimeError("the cover is missing")'), "failed", 4, "RuntimeError",
+          {"succeeded": 4}),
+     Step(DOOR_FANOUT.replace("N", "2").replace(
+         "TAIL", 'cover = await ctx.run("image.generate", {"prompt": "cover"})\n'
+                 '    return len(doors)'), "succeeded", 1,
+          calls={"replayed": 2, "executed": 1}, orphans=2),
+     Step(DOOR_FANOUT.replace("N", "4").replace(
+         "TAIL", 'cover = await ctx.run("image.generate", {"prompt": "cover"})\n'
+                 '    return len(doors)'), "succeeded", 0,
+          calls={"replayed": 5, "executed": 0}, orphans=0)))
