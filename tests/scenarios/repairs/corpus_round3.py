@@ -15,12 +15,15 @@ reintroduce (a committed call that comes back), race, respell, takes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .corpus import BAD, SEQ3_V1, Shape, Step, _s, shape
 
 MINE: list[Shape] = []
 
 
-def _mine(*args, **kwargs) -> Shape:  # type: ignore[no-untyped-def]
+def _mine(*args: Any, **kwargs: Any) -> Shape:
+    """Register a shape in the corpus and remember it as one of this round's."""
     made = shape(*args, **kwargs)
     MINE.append(made)
     return made
