@@ -1550,3 +1550,5 @@ shape("constant_image_loop_into_parallel", "loops", (
             return [len(takes), text["text"]]
      '''), "stopped", 1, "SemanticRepeatDenied", {"executed": 1, "denied": 1},
           relocations=1)))
+
+from . import corpus_round3  # noqa: E402,F401  (registers the third-round shapes)
