@@ -27,7 +27,7 @@ one call per revision: a result is never handed to two calls.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -139,19 +139,26 @@ class Prefix:
         self.invoked.add(slot.identity)
         return Decision(verdict, slot)
 
-    def race(self, identity: Identity) -> SlotRecord | None:
-        """The committed decision of the race at ``identity``; a race that moved (another
-        fanout path or occurrence of the same race site) keeps its decision when exactly
-        one unused one of that site is committed."""
-        slot = self.races.get(identity)
-        if slot is None or identity in self.used:
+    def race(self, identity: Identity, fits: Callable[[SlotRecord], bool]
+             ) -> SlotRecord | None:
+        """The committed decision of the race at ``identity``. ``fits`` says whether a
+        committed race's winner is among this race's branches. The race's own decision
+        when it fits; else the one unused committed race of the same site that fits (a
+        race that moved: another fanout path or occurrence, or two races that swapped);
+        else its own decision all the same (its winner is gone: the caller stops), or
+        None when nothing is committed for it."""
+        own = self.races.get(identity)
+        if own is not None and identity in self.used:
+            own = None
+        if own is None or not fits(own):
             moved = [s for i, s in self.races.items()
-                     if i.site == identity.site and i not in self.used]
-            slot = moved[0] if len(moved) == 1 else None
-        if slot is not None:
-            self.used.add(slot.identity)
-            self.invoked.add(slot.identity)
-        return slot
+                     if i.site == identity.site and i not in self.used and fits(s)]
+            if len(moved) == 1:
+                own = moved[0]
+        if own is not None:
+            self.used.add(own.identity)
+            self.invoked.add(own.identity)
+        return own
 
     def reached_race_branches(self, race: Identity, sites: set[str]) -> None:
         """A replayed race runs only its winner; the committed first calls of its losing

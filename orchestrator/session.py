@@ -501,7 +501,9 @@ class Session:
         described = [self._branch(b) for b in branches]
         key = (frame["site"], tuple(frame["path"]), frame["occurrence"])
         self._state.races[key] = _Race(identity, described)
-        slot = self.prefix.race(identity)
+        slot = self.prefix.race(
+            identity, lambda committed: _find_winner(committed.result, described)[0]
+            is not None)
         if slot is None:
             self._answer(frame["seq"], {"ok": True, "winner": None})
             return

@@ -1316,13 +1316,7 @@ _mine("race_pair_swapped_in_parallel", "race", (
     (Step(RACE_PAIR.replace("ITEMS", '["logo", "badge"]').replace("POSTER", BAD), "failed",
           5, "CapabilityError", {"succeeded": 2, "failed": 3}),
      Step(RACE_PAIR.replace("ITEMS", '["badge", "logo"]').replace("POSTER", "512x512"),
-          "succeeded", 1, calls={"replayed": 4, "executed": 1}, races_replayed=2)),
-    xfail=("v2 stops with ReplayDivergence before any effect (0 paid): 'the race at "
-           "orchestrate/#0>orchestrate.pick/#0@0:0 has a committed winner that none of its "
-           "branches makes any more'. Prefix.race takes the committed race at the race's own "
-           "identity without checking that its winner is among the branches, and looks for "
-           "a moved race of the site only when that identity has none; a swapped pair of "
-           "races never relocates, though the same swap of plain calls replays"))
+          "succeeded", 1, calls={"replayed": 4, "executed": 1}, races_replayed=2)))
 
 _mine("race_in_loop_reordered", "race", (
     "The race-per-item loop with its item list reversed: each race occurrence now meets "
@@ -1333,12 +1327,7 @@ _mine("race_in_loop_reordered", "race", (
           {"succeeded": 2, "failed": 3}),
      Step(RACE_LOOP.replace("POSTER", "512x512").replace('["logo", "badge"]',
                                                          '["badge", "logo"]'),
-          "succeeded", 1, calls={"replayed": 4, "executed": 1}, races_replayed=2)),
-    xfail=("v2 stops with ReplayDivergence before any effect (0 paid): 'the race at "
-           "orchestrate/for0/#0@:0 has a committed winner that none of its branches makes "
-           "any more'. Occurrence 0 of the race site gets occurrence 0's committed decision "
-           "(the logo's) although its branches now make the badge's calls; the unused "
-           "decision at occurrence 1 whose winner they make is never considered"))
+          "succeeded", 1, calls={"replayed": 4, "executed": 1}, races_replayed=2)))
 
 _mine("early_return_in_parallel_branch", "early_return", (
     "Inside one ctx.parallel branch the model returns early (a guard on the branch's "
