@@ -144,6 +144,9 @@ class Pipeline:
                              data={"gate": report.gate.model_dump(mode="json"),
                                    "violations": report.violations})
         self.store.finish_revision(report.run_id, report.revision, "stopped", report.to_json())
+        # The run takes its latest revision's state (a crash between the two writes is
+        # settled by the reconciler: ``settle_runs``).
+        self.store.set_run_status(report.run_id, RunStatus.STOPPED, report.error.message[:500])
 
     # ---- the spending half -------------------------------------------------------------------
 

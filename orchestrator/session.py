@@ -62,6 +62,7 @@ MAX_PATH = 64
 _CONNECT_POLL = 0.1
 # What a failed script may tell the host about its error, each field with the types the
 # run report holds (anything else, or of another type, is dropped).
+_ERROR_FIELD_CHARS = 4000  # every field of a script's error is cut to this, then stored
 _ERROR_FIELDS: dict[str, tuple[type, ...]] = {
     "type": (str,), "message": (str,), "line": (int,), "code": (str, int),
     "capability": (str,), "identity": (str,), "status": (str, int), "charged": (str,)}
@@ -267,7 +268,8 @@ class Session:
         error = message.get("error")
         if not isinstance(error, dict):
             raise SandboxProtocolError("a failed result without an error")
-        fields = {k: v for k, v in error.items() if k in _ERROR_FIELDS
+        fields = {k: v[:_ERROR_FIELD_CHARS] if isinstance(v, str) else v
+                  for k, v in error.items() if k in _ERROR_FIELDS
                   and (v is None or (isinstance(v, _ERROR_FIELDS[k])
                                      and not isinstance(v, bool)))}
         return {"ok": False, "logs": [line[:2000] for line in logs[:200]], "error": {

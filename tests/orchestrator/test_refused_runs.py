@@ -1,0 +1,38 @@
+"""No refusal leaves a run `running` (issue 28, item 4): a candidate the checker or the
+gate refuses ends its revision `stopped`, and the run with it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.envelope import Envelope
+from broker.records import RunStatus
+from orchestrator.embedded import open_services
+from sandbox.runner import ProcessRunner
+from tests.crash.kit import settings_for
+
+CHECKER_REFUSES = "import os\nasync def orchestrate(ctx, args):\n    return 1\n"
+V1 = ('async def orchestrate(ctx, args):\n'
+      '    a = await ctx.run("text.generate", {"prompt": "one"})\n'
+      '    raise RuntimeError("later")\n')
+GATE_REFUSES = ('async def orchestrate(ctx, args):\n'
+                '    a = await ctx.run("text.generate", {"prompt": "two"})\n'
+                '    return a\n')
+
+
+def test_a_refused_first_revision_and_a_refused_repair_stop_their_run(tmp_path: Path
+                                                                      ) -> None:
+    services = open_services(settings_for(tmp_path), runner=ProcessRunner())
+    try:
+        pipeline = services.pipeline()
+        report = pipeline.run("refused", CHECKER_REFUSES, {}, Envelope())
+        assert report.to_json()["status"] == "stopped"
+        run = services.store.get_run("refused")
+        assert run.status is RunStatus.STOPPED and "checker rejected" in run.detail
+        pipeline.run("gated", V1, {}, Envelope())
+        assert services.store.get_run("gated").status is RunStatus.FAILED
+        repair = pipeline.run("gated", GATE_REFUSES, {}, Envelope()).to_json()
+        assert repair["error"]["type"] == "GateRejected"
+        assert services.store.get_run("gated").status is RunStatus.STOPPED
+    finally:
+        services.close()
