@@ -33,7 +33,6 @@ from celery.signals import worker_ready
 from broker.artifact_spool import SpoolingArtifactStore
 from broker.calls import CallRequest, Outcome
 from broker.catalog import CAPABILITY_NAMES
-from broker.envelope import Envelope
 from broker.errors import InputError, RevisionNotRunning, StoreUnavailable
 from broker.identity import Identity
 from workers.app import ReviseTask, app
@@ -100,7 +99,13 @@ class _StoreAway(Exception):
 
 def _spend(ctx: WorkerContext, requests: list[CallRequest], envelope_wire: dict[str, Any],
            origin: Any) -> dict[str, Any]:
-    broker = ctx.broker(Envelope.model_validate(envelope_wire))
+    # Grants, budget, approvals and the ledger policy are the revision's stored envelope:
+    # the message's copy is checked for shape only (a Redis writer could forge it).
+    try:
+        envelope = ctx.stored_envelope(requests[0].run_id, requests[0].revision)
+    except StoreUnavailable as exc:
+        raise _StoreAway(exc) from None
+    broker = ctx.broker(envelope)
     try:
         reports = list(broker.execute_wave(requests))
     finally:

@@ -43,6 +43,7 @@ class WorkerContext:
         self.routing = Routing(queue.queue_prefix)
         self._lock = threading.Lock()
         self._drainer: threading.Thread | None = None
+        self._envelopes: dict[tuple[str, int], Envelope] = {}
 
     @cached_property
     def store(self) -> SqlStore:
@@ -103,6 +104,26 @@ class WorkerContext:
         """One per process: a result kept in memory (no disk had room) waits here for the
         drain thread."""
         return CommitSpool(self.settings.spool_dir)
+
+    def stored_envelope(self, run_id: str, revision: int) -> Envelope:
+        """The envelope the revision was admitted under, from the run store (never from a
+        queue message, which anyone who can write to Redis could forge). Cached: a
+        revision's envelope never changes. A revision stored without one (written
+        directly, not through the pipeline) runs under the defaults."""
+        key = (run_id, revision)
+        with self._lock:
+            if key in self._envelopes:
+                return self._envelopes[key]
+        record = self.store.get_revision(run_id, revision)
+        envelope = Envelope()
+        if record is not None and record.envelope_digest is not None:
+            data = self.store.get_blobs(run_id, [record.envelope_digest])
+            envelope = Envelope.model_validate_json(data[record.envelope_digest])
+        with self._lock:
+            if len(self._envelopes) >= 1024:
+                self._envelopes.clear()
+            self._envelopes[key] = envelope
+        return envelope
 
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,
