@@ -32,13 +32,17 @@ class Budget(_Policy):
 
 
 class SandboxLimits(_Policy):
-    memory_mb: int = Field(default=512, ge=16)
+    """Per-run sandbox limits. The maxima are what every host can start (the kernel's
+    pids and cgroup limits, a day of wall time): a larger value is refused at submit with
+    the field named, never accepted and then failed at sandbox start."""
+
+    memory_mb: int = Field(default=512, ge=16, le=65_536)
     cpus: float = Field(default=1.0, gt=0, le=64)
-    pids: int = Field(default=128, ge=8)
-    tmpfs_mb: int = Field(default=64, ge=1)
-    timeout_seconds: float = Field(default=300.0, gt=0)
-    output_bytes: int = Field(default=1_048_576, ge=1024)
-    args_bytes: int = Field(default=1_048_576, ge=1024)
+    pids: int = Field(default=128, ge=8, le=4096)
+    tmpfs_mb: int = Field(default=64, ge=1, le=16_384)
+    timeout_seconds: float = Field(default=300.0, gt=0, le=86_400, allow_inf_nan=False)
+    output_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    args_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
 
 
 def _check_names(names: list[str], field: str) -> list[str]:

@@ -118,3 +118,22 @@ def test_syntax_and_shape_errors(tmp_path, name, text, expected):
 def test_missing_file(tmp_path):
     with pytest.raises(InputError, match="does not exist"):
         load_envelope(tmp_path / "nope.json")
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("memory_mb", 1_000_000_000), ("pids", 100_000_000), ("tmpfs_mb", 100_000_000),
+    ("timeout_seconds", 1e12), ("output_bytes", 2 ** 40), ("args_bytes", 2 ** 40)])
+def test_sandbox_limits_past_what_a_host_can_start_are_refused_at_submit(tmp_path, field,
+                                                                         value):
+    path = tmp_path / "envelope.json"
+    path.write_text(json.dumps({"sandbox": {field: value}}))
+    with pytest.raises(InputError) as caught:
+        load_envelope(path)
+    assert f"field 'sandbox.{field}'" in caught.value.message
+    assert "less than or equal to" in caught.value.message
+
+
+def test_approved_takes_name_catalog_capabilities():
+    assert Envelope(approved_takes=["image.generate"]).approved_takes == ["image.generate"]
+    with pytest.raises(ValidationError):
+        Envelope(approved_takes=["image.generat"])
