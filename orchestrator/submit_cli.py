@@ -8,8 +8,10 @@ Without it, the job id to follow in Flower or with ``revise show``.
 """
 
 import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -61,14 +63,19 @@ def register(app: typer.Typer) -> None:
         given_args = read_json(args) if args is not None else MISSING
         given_env = load_envelope(envelope) if envelope else None
         client = Client(Settings())
+        deadline = time.monotonic() + timeout
         try:
             # The client reads the run store anyway (for results); the inputs are
-            # resolved here, before anything is queued.
-            inputs = resolve_inputs(client.store, run_id, args=given_args,
-                                    envelope=given_env)
+            # resolved here, before anything is queued. A client started during an outage
+            # waits it out (within --timeout) like one that was already waiting.
+            inputs = _until_up(deadline, "reading the run's stored inputs",
+                               lambda: resolve_inputs(client.store, run_id, args=given_args,
+                                                      envelope=given_env))
             for note in inputs.notes():
                 err.print(f"[yellow]note[/]: {render.escape(note)}")
-            handle = client.submit(source, inputs.args, inputs.envelope, run_id)
+            handle = _until_up(deadline, "queueing the job", lambda: client.submit(
+                source, inputs.args, inputs.envelope, run_id, send=False))
+            _until_up(deadline, "queueing the job", handle.send)
             if not wait:
                 data = {"job_id": handle.job_id, "run_id": run_id, "status": "queued"}
                 emit(as_json, data, lambda c: c.print(
@@ -76,7 +83,8 @@ def register(app: typer.Typer) -> None:
                     f"`revise show {run_id}`"))
                 raise typer.Exit(EXIT_OK)
             try:
-                report = handle.wait(timeout, progress=lambda line: err.print(
+                report = handle.wait(max(deadline - time.monotonic(), 0.0),
+                                     progress=lambda line: err.print(
                     f"[yellow]waiting[/]: {render.escape(line)}"))
             except TimeoutError as exc:
                 err.print(f"[yellow]timeout[/]: {render.escape(str(exc))}")
@@ -85,3 +93,27 @@ def register(app: typer.Typer) -> None:
             client.close()
         emit(as_json, report, lambda c: render.run_report(c, report))
         raise typer.Exit(EXIT_OK if report["status"] == "succeeded" else EXIT_FAILED)
+
+
+T = TypeVar("T")
+
+
+def _until_up(deadline: float, what: str, action: Callable[[], T]) -> T:
+    """``action()``, again while the store or Redis does not answer (a progress line on
+    stderr about every 5 s); past ``deadline`` the outage is the answer: exit 3."""
+    from workers.client import TRANSIENT
+
+    said = 0.0
+    while True:
+        try:
+            return action()
+        except TRANSIENT as exc:
+            if time.monotonic() >= deadline:
+                err.print(f"[yellow]timeout[/]: {render.escape(what)}: "
+                          f"{render.escape(exc.message)}")
+                raise typer.Exit(EXIT_UNKNOWN) from None
+            if time.monotonic() - said > 5:
+                err.print(f"[yellow]waiting[/]: {render.escape(what)}, because "
+                          f"{render.escape(exc.message)}")
+                said = time.monotonic()
+            time.sleep(min(1.0, max(deadline - time.monotonic(), 0.0)))

@@ -62,7 +62,9 @@ class Client:
         return self._store
 
     def submit(self, script: bytes | str, args: Any, envelope: Envelope | None,
-               run_id: str) -> JobHandle:
+               run_id: str, *, send: bool = True) -> JobHandle:
+        """The job for SCRIPT as run ``run_id``, queued (``send``: else the caller sends it
+        with ``handle.send()``, again under the same job id if Redis did not answer)."""
         validate_name("run id", run_id)
         if isinstance(script, str):  # before decode_source, which would crash on a surrogate
             require_utf8("script", script)
@@ -71,7 +73,8 @@ class Client:
                "args": args, "envelope": (envelope or Envelope()).model_dump(mode="json")}
         parse_message(DispatchJob, job, "job")
         handle = JobHandle(self, job_id, run_id, job)
-        handle.send()
+        if send:
+            handle.send()
         return handle
 
     @property

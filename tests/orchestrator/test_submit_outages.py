@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli_common import EXIT_FAILED, EXIT_UNKNOWN
+from orchestrator.cli_common import EXIT_UNKNOWN
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = str(ROOT / "tests" / "fixtures" / "scripts" / "crash_seq.py")
@@ -25,12 +25,41 @@ def _submit(tmp_path: Path, redis_url: str, *argv: str) -> subprocess.CompletedP
                           cwd=tmp_path, timeout=120)
 
 
-def test_redis_down_is_named_not_a_traceback(tmp_path: Path) -> None:
-    done = _submit(tmp_path, "redis://127.0.0.1:1/0", "--json")
-    assert done.returncode == EXIT_FAILED
-    assert "Traceback" not in done.stderr
-    error = json.loads(done.stdout)["error"]
-    assert error["type"] == "QueueUnavailable" and "127.0.0.1:1" in error["message"]
+def test_redis_down_for_the_whole_timeout_is_named_and_exits_3(tmp_path: Path) -> None:
+    """A client started during an outage waits it out within --timeout; past it, it
+    cannot tell: exit 3 with the service named, never a traceback."""
+    done = _submit(tmp_path, "redis://127.0.0.1:1/0", "--json", "--timeout", "3")
+    assert done.returncode == EXIT_UNKNOWN
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert "waiting" in done.stderr and "queueing the job" in done.stderr
+    assert "127.0.0.1:1" in done.stderr
+
+
+def test_a_submit_started_while_redis_is_down_queues_when_it_is_back(tmp_path: Path
+                                                                      ) -> None:
+    import time
+
+    import redis as redis_client
+
+    from tests.faults.services import PrivateRedis
+
+    redis = PrivateRedis(tmp_path / "redis")
+    try:
+        env = {**os.environ, "REVISE_HOME": str(tmp_path / "home"),
+               "REVISE_REDIS_URL": redis.url, "REVISE_CELERY_QUEUE_PREFIX": "back-"}
+        client = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "submit", SCRIPT,
+                                   "--run-id", "r", "--timeout", "60", "--json"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env=env, cwd=tmp_path)
+        time.sleep(3)  # the client is up, and Redis is not
+        assert client.poll() is None
+        redis.start()
+        out, errors = client.communicate(timeout=60)
+        assert client.returncode == 0, errors
+        assert json.loads(out)["status"] == "queued" and "Traceback" not in errors
+        assert redis_client.Redis.from_url(redis.url).llen("back-dispatch") == 1
+    finally:
+        redis.close()
 
 
 @pytest.mark.redis
