@@ -197,6 +197,13 @@ class RunNotFound(StoreError):
     code = "run_not_found"
 
 
+class SchemaNotReady(StoreError):
+    """A read-only command found the run store without the schema this code reads (none
+    yet, or an older one); it never migrates."""
+
+    code = "schema_not_ready"
+
+
 class RunBusy(StoreError):
     """A revision of the run is still running: one revision per run at a time, so two
     revisions never pay for the same payload together."""

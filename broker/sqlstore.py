@@ -40,9 +40,16 @@ from sqlalchemy.exc import (
 
 from broker import models
 from broker import statements as sql
-from broker.errors import RunBusy, RunNotFound, SlotConflict, StoreError, StoreUnavailable
+from broker.errors import (
+    RunBusy,
+    RunNotFound,
+    SchemaNotReady,
+    SlotConflict,
+    StoreError,
+    StoreUnavailable,
+)
 from broker.identity import Identity, request_key, sha256_hex
-from broker.migrations import upgrade
+from broker.migrations import current_revision, head_revision, upgrade
 from broker.models import (
     attempt_record,
     attempts,
@@ -426,8 +433,11 @@ class SqlStore:
         self._away = False
 
     @classmethod
-    def open(cls, url: str, *, busy_timeout_ms: int = 30_000) -> SqlStore:
-        """Create the engine and bring the schema to head (safe from several processes)."""
+    def open(cls, url: str, *, busy_timeout_ms: int = 30_000, migrate: bool = True
+             ) -> SqlStore:
+        """Create the engine and bring the schema to head (safe from several processes).
+        ``migrate=False`` (read-only commands) never writes: a schema that is not at head
+        is a ``StoreError`` naming the fix."""
         parsed = make_url(url)
         try:
             engine = _create_engine(parsed, busy_timeout_ms)
@@ -438,8 +448,13 @@ class SqlStore:
                                    url=safe) from exc
         store = cls(engine)
         try:
-            with store._translated("migrating the schema"):
-                upgrade(engine)
+            if migrate:
+                with store._translated("migrating the schema"):
+                    upgrade(engine)
+            else:
+                with store._translated("reading the schema version"):
+                    found = current_revision(engine)
+                _require_head(found, parsed.render_as_string(hide_password=True))
         except BaseException:
             engine.dispose()
             raise
@@ -891,6 +906,19 @@ class SqlStore:
 
 
 # ---- engine ---------------------------------------------------------------------------------
+
+
+def _require_head(found: str | None, where: str) -> None:
+    head = head_revision()
+    if found == head:
+        return
+    if found is None:
+        raise SchemaNotReady(f"run store {where} has no Revise schema yet: nothing has run "
+                         "here. Check REVISE_DATABASE_URL / REVISE_HOME, or run `revise db "
+                         "upgrade` to create it", url=where)
+    raise SchemaNotReady(f"run store {where} is at schema {found}; this Revise reads schema "
+                     f"{head}. Run `revise db upgrade` (a read-only command never "
+                     "migrates)", url=where, schema=found, head=head)
 
 
 def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:

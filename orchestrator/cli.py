@@ -51,10 +51,10 @@ def _settings() -> Any:
     return Settings()
 
 
-def _services():
+def _services(*, read_only: bool = False):
     from orchestrator.embedded import open_services
 
-    return open_services(_settings())
+    return open_services(_settings(), read_only=read_only)
 
 
 @app.command("check")
@@ -100,7 +100,7 @@ def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
         tree = ast.parse(source.text)
     except SyntaxError as exc:
         raise InputError(f"{script}: syntax error at line {exc.lineno}: {exc.msg}") from None
-    services = _services()
+    services = _services(read_only=True)
     try:
         slots = services.store.list_slots(run_id)
         result = check_gate(frozen_sites(slots),
@@ -149,11 +149,19 @@ def run_cmd(
 @guard
 def runs_cmd(limit: int = 50, as_json: JsonFlag = False) -> None:
     """List runs, newest first."""
-    services = _services()
+    from broker.errors import SchemaNotReady
+
     try:
-        runs = services.store.list_runs(limit)
-    finally:
-        services.close()
+        services = _services(read_only=True)
+    except SchemaNotReady as exc:
+        if exc.fields.get("schema") is not None:
+            raise  # an older schema: the message says to upgrade
+        runs = []  # nothing has run with this store yet
+    else:
+        try:
+            runs = services.store.list_runs(limit)
+        finally:
+            services.close()
     data = {"runs": [{"run_id": r.run_id, "status": str(r.status), "revisions": r.revisions,
                       "updated_at": r.updated_at.isoformat(), "detail": r.detail}
                      for r in runs]}
@@ -166,7 +174,7 @@ def show_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Show a run: revisions, committed identities, attempts, spend and events."""
     from orchestrator.inspect import describe_run
 
-    services = _services()
+    services = _services(read_only=True)
     try:
         data = describe_run(services.store, run_id, artifacts_in=services.artifacts.where)
     finally:
@@ -187,7 +195,7 @@ def report_cmd(
     from orchestrator.html_report import render_html
     from orchestrator.inspect import embed_images, report_view
 
-    services = _services()
+    services = _services(read_only=True)
     try:
         view = report_view(services.store, run_id)
         if html is not None:
@@ -206,7 +214,7 @@ def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Recompute run R's certificate from the store and list differences."""
     from orchestrator.certificate import verify
 
-    services = _services()
+    services = _services(read_only=True)
     try:
         persisted = services.store.latest_certificate(run_id)
         if persisted is None:
@@ -229,7 +237,7 @@ def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
 @guard
 def orphans_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Committed identities that a later revision did not invoke."""
-    services = _services()
+    services = _services(read_only=True)
     try:
         orphans = services.store.list_orphans(run_id)
     finally:
@@ -253,7 +261,7 @@ def attempts_cmd(
 
     statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.PENDING,
                           AttemptStatus.UNCERTAIN}) if unresolved else None
-    services = _services()
+    services = _services(read_only=True)
     try:
         attempts = services.store.list_attempts(run_id, statuses)
     finally:

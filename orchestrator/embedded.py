@@ -42,10 +42,11 @@ class Services:
 
 
 def open_services(settings: Settings | None = None, *, runner: Runner | None = None,
-                  latency: Any = None) -> Services:
+                  latency: Any = None, read_only: bool = False) -> Services:
+    """``read_only``: for commands that only read (the store is never migrated)."""
     settings = settings or Settings()
     settings.home.mkdir(parents=True, exist_ok=True)
-    store = SqlStore.open(settings.resolved_database_url)
+    store = SqlStore.open(settings.resolved_database_url, migrate=not read_only)
     artifacts = open_artifact_store(settings, store.engine)
     provider = build_provider(settings, artifacts, latency=latency)
     return Services(settings=settings, store=store, provider=provider, artifacts=artifacts,

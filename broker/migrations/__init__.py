@@ -12,6 +12,8 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
@@ -46,3 +48,16 @@ def upgrade(engine_or_url: Engine | str, revision: str = "head") -> None:
     finally:
         if owned:
             engine.dispose()
+
+
+def head_revision() -> str:
+    """The schema revision this code needs."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert head is not None, "the migrations directory has no head"
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The database's schema revision (None: no schema yet). Reads, never writes."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
