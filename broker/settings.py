@@ -109,6 +109,11 @@ class Settings(BaseSettings):
     provider_base_url: str | None = None
     provider_api_key: SecretStr | None = None
     provider_timeout_seconds: float = 60.0
+    provider_lookup_path: str | None = Field(
+        default=None, description="where the HTTP provider answers what it did for an "
+        "idempotency key, under the base URL, e.g. /requests/{key}: then an unresolved or "
+        "uncertain attempt is resolved by asking it (the sweep, `revise reconcile "
+        "--from-provider`)")
     model_base_url: str | None = None
     model_api_key: SecretStr | None = None
     model_name: str | None = None

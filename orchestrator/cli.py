@@ -287,6 +287,10 @@ def reconcile_cmd(
     from_log: Annotated[Path | None, typer.Option(
         "--from-log", help="a provider log (provider-log.jsonl): commit the result its ok "
         "line for this run, identity and payload digest records")] = None,
+    from_provider: Annotated[bool, typer.Option(
+        "--from-provider", help="ask the provider what it did for the attempt's "
+        "idempotency key (REVISE_PROVIDER_LOOKUP_PATH): commit the result it kept, or "
+        "abandon the attempt if it has no record")] = False,
     operator: Annotated[str, typer.Option("--operator", help="who decides (recorded)")] = "",
     reason: Annotated[str, typer.Option("--reason", help="why (recorded)")] = "",
     as_json: JsonFlag = False,
@@ -297,11 +301,12 @@ def reconcile_cmd(
     have the capability's result shape, and every artifact it references must be in the
     artifact store or given with --artifact FILE."""
     from broker.identity import Identity
-    from orchestrator.reconcile import reconcile_attempt, result_from_log
+    from orchestrator.reconcile import ask_provider, reconcile_attempt, result_from_log
     from orchestrator.reconcile_input import Imported
 
-    if [abandon, result is not None, from_log is not None].count(True) != 1:
-        raise InputError("pass exactly one of --abandon, --result FILE or --from-log FILE")
+    if [abandon, result is not None, from_log is not None, from_provider].count(True) != 1:
+        raise InputError("pass exactly one of --abandon, --result FILE, --from-log FILE or "
+                         "--from-provider")
     if artifact and abandon:
         raise InputError("--artifact FILE goes with --result FILE or --from-log FILE")
     kwargs: dict[str, Any] = {}
@@ -313,6 +318,13 @@ def reconcile_cmd(
     try:
         if from_log is not None:
             kwargs["result"] = result_from_log(services.store, from_log, run_id, identity)
+        if from_provider:
+            found = ask_provider(services.store, services.provider, run_id, identity)
+            if found.state == "in_progress":
+                raise InputError(f"the provider is still working on the request at "
+                                 f"{identity}; ask again later")
+            if found.state == "completed" and found.answer is not None:
+                kwargs["result"] = found.answer.result
         data = reconcile_attempt(services.store, run_id, Identity.parse(identity),
                                  operator=operator, reason=reason,
                                  artifacts=services.artifacts, **kwargs)

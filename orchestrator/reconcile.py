@@ -10,6 +10,8 @@ once more). Every decision is recorded with operator, reason and time.
 from __future__ import annotations
 
 import ast
+import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,9 +21,10 @@ from typing import Any
 from broker.artifacts import ArtifactStore
 from broker.catalog import CATALOG
 from broker.crash_window import attempt_expired, lease_expired, mark_unresolved
-from broker.errors import InputError, RevisionLost
+from broker.errors import InputError, ReviseError, RevisionLost
 from broker.identity import Identity
 from broker.owner import owner_alive
+from broker.providers import CallContext, Lookup
 from broker.providers.log import ProviderLog
 from broker.records import (
     OPEN_ATTEMPT_STATUSES,
@@ -36,6 +39,8 @@ from broker.store import RunStore
 from orchestrator.certificate import build_certificate
 from orchestrator.reconcile_input import Imported, check_write_back
 from orchestrator.sites import assign_sites
+
+log = logging.getLogger("revise.reconcile")
 
 _UNSET = object()
 
@@ -213,6 +218,64 @@ def result_from_log(store: RunStore, log_path: Path, run_id: str,
     return matching[-1]["result"]
 
 
+def ask_provider(store: RunStore, provider: Any, run_id: str, identity: Identity | str
+                 ) -> Lookup:
+    """What the provider did for the open attempt's idempotency key (its lookup)."""
+    ident = identity if isinstance(identity, Identity) else Identity.parse(identity)
+    attempt = _open_attempt(store, run_id, ident)
+    return _lookup(store, provider, attempt)
+
+
+def _lookup(store: RunStore, provider: Any, attempt: AttemptRecord) -> Lookup:
+    capability = CATALOG[attempt.capability]
+    stored = store.get_blobs(attempt.run_id, [attempt.digest]).get(attempt.digest)
+    if stored is None or not attempt.idempotency_key:
+        raise InputError(f"attempt #{attempt.number} at {attempt.identity} has no stored "
+                         "request to ask the provider about")
+    value = json.loads(stored)
+    payload = value["payload"] if set(value) == {"payload", "take"} else value
+    call = CallContext(attempt.run_id, str(attempt.identity), attempt.idempotency_key)
+    found: Lookup = provider.lookup(capability, payload, call)
+    return found
+
+
+def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
+                      *, by: str = "provider lookup") -> list[dict[str, Any]]:
+    """The sweep's share of money: every unresolved or uncertain attempt whose request was
+    sent is asked about at its provider (where it offers a lookup by key). Completed: its
+    result is committed; unknown (the provider has no record, so it never charged):
+    abandoned, its call may run again; still in progress, or the lookup failed: next
+    sweep. Returns the decisions."""
+    decided = []
+    statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.UNCERTAIN})
+    for attempt in store.list_attempts(statuses=statuses):
+        if attempt.sent_at is None or attempt.capability not in CATALOG:
+            continue
+        try:
+            found = _lookup(store, provider, attempt)
+        except ReviseError as exc:
+            log.warning("could not ask the provider about attempt #%s at %s: %s",
+                        attempt.number, attempt.identity, exc.message)
+            continue
+        decision: dict[str, Any] = {}
+        if found.state == "completed" and found.answer is not None:
+            decision = {"result": found.answer.result, "artifacts": artifacts,
+                        "reason": "the provider's lookup by idempotency key returned the "
+                        "result it kept"}
+        elif found.state == "unknown":
+            decision = {"reason": "the provider has no record of this idempotency key: the "
+                        "request never reached it and was not charged"}
+        if not decision:
+            continue  # still in progress: the next sweep asks again
+        try:
+            decided.append(reconcile_attempt(store, attempt.run_id, attempt.identity,
+                                             operator=by, **decision))
+        except ReviseError as exc:  # decided meanwhile, or its result does not fit
+            log.warning("attempt #%s at %s stays open: %s", attempt.number,
+                        attempt.identity, exc.message)
+    return decided
+
+
 def _sent_only(log_path: Path, ident: Identity, run_id: str, line: dict[str, Any]) -> str:
     return (f"{log_path}: the request at {ident} in run {run_id!r} left at {line.get('ts')} "
             f"under idempotency key {line.get('idempotency_key')} but no answer was recorded "
@@ -260,7 +323,8 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
         store.save_certificate(run_id, attempt.revision, certificate.digest,
                                list(certificate.entries))
     remaining = store.list_attempts(run_id, frozenset(OPEN_ATTEMPT_STATUSES))
-    if not remaining:
+    run = store.get_run(run_id)
+    if not remaining and run is not None and run.status is RunStatus.BLOCKED:
         store.set_run_status(run_id, RunStatus.STOPPED,
                              "reconciled; run the script again on this run id to continue")
     data = {"run_id": run_id, "identity": str(ident), "decision": decided.status.value,

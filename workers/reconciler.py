@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from orchestrator.reconcile import sweep, sweep_revisions
+from orchestrator.reconcile import resolve_by_lookup, sweep, sweep_revisions
 from workers.app import ReviseTask, app
 from workers.recovery import requeue_lost_jobs
 from workers.routing import SWEEP_TASK
@@ -37,6 +37,9 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
     except Exception as exc:  # Redis away: the revisions are still swept (store only)
         log.warning("could not look for lost job messages: %s", exc)
         jobs = {"requeued": [], "lost": []}
+    resolved = []
+    if ctx.settings.provider_lookup_path:  # the provider can be asked: ask, never guess
+        resolved = resolve_by_lookup(ctx.store, ctx.provider, ctx.artifacts)
     lost = sweep_revisions(ctx.store, ctx.settings.revision_lease_seconds)
     for revision in lost:
         log.warning("run %s revision %s: %s; the run can be submitted again",
@@ -47,6 +50,8 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
             "requeued": jobs["requeued"], "jobs_lost": jobs["lost"],
             "revisions_lost": [{"run_id": r.run_id, "revision": r.revision,
                                 "reason": r.reason} for r in lost],
+            "resolved_by_lookup": [{"run_id": d["run_id"], "identity": d["identity"],
+                                    "decision": d["decision"]} for d in resolved],
             "containers_removed": removed}
 
 

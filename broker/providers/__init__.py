@@ -2,6 +2,7 @@
 
 from broker.providers.base import (
     CallContext,
+    Lookup,
     Provider,
     ProviderResult,
     provider_error,
@@ -18,6 +19,7 @@ __all__ = [
     "DryRunProvider",
     "LocalProvider",
     "LoggedProvider",
+    "Lookup",
     "OpenAIChatProvider",
     "OpenAIImagesProvider",
     "Provider",

@@ -33,6 +33,14 @@ class ProviderResult:
     cost: float = 0.0
 
 
+@dataclass(frozen=True)
+class Lookup:
+    """What a provider says it did for an idempotency key (``lookup``, where offered)."""
+
+    state: str  # completed | unknown (no record: never received, never charged) | in_progress
+    answer: ProviderResult | None = None
+
+
 @runtime_checkable
 class Provider(Protocol):
     name: str

@@ -16,7 +16,13 @@ import httpx
 from broker.artifacts import ArtifactStore
 from broker.catalog import Capability
 from broker.errors import ConfigError
-from broker.providers.base import CallContext, Provider, ProviderResult, provider_error
+from broker.providers.base import (
+    CallContext,
+    Lookup,
+    Provider,
+    ProviderResult,
+    provider_error,
+)
 from broker.providers.dryrun import DryRunProvider
 from broker.providers.http import OpenAIChatProvider, OpenAIImagesProvider
 from broker.providers.local import Latency, LocalProvider
@@ -49,6 +55,18 @@ class RoutingProvider:
                                  provider_code="no_provider") from None
         return provider.execute(capability, payload, call)
 
+    def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
+        """What the capability's provider did for the call's key (where it offers a
+        lookup: ``REVISE_PROVIDER_LOOKUP_PATH``)."""
+        provider = self.provider_for(capability)
+        ask = getattr(provider, "lookup", None)
+        if ask is None:
+            raise provider_error(capability, call, f"{capability.name}: the {provider.name} "
+                                 "provider offers no lookup by idempotency key",
+                                 status=None, provider_code="no_lookup")
+        result: Lookup = ask(capability, payload, call)
+        return result
+
 
 def build_provider(settings: Settings, artifacts: ArtifactStore, *,
                    latency: Latency | None = None,
@@ -64,7 +82,8 @@ def build_provider(settings: Settings, artifacts: ArtifactStore, *,
                               "https://api.openai.com/v1")
         common: dict[str, Any] = {"base_url": settings.provider_base_url,
                   "api_key": settings.provider_api_key, "artifacts": artifacts,
-                  "timeout": settings.provider_timeout_seconds, "client": client}
+                  "timeout": settings.provider_timeout_seconds, "client": client,
+                  "lookup_path": settings.provider_lookup_path}
         routes = {"images": OpenAIImagesProvider(**common),
                   "text": OpenAIChatProvider(**common)}
     else:

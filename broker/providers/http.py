@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,7 +28,7 @@ from broker import png
 from broker.artifacts import ArtifactRef, ArtifactStore
 from broker.catalog import Capability
 from broker.errors import CapabilityError, ReviseError
-from broker.providers.base import CallContext, ProviderResult, provider_error
+from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
 
 _STATUS_CODES: dict[int, tuple[str, bool]] = {
     400: ("invalid_parameter", False), 401: ("auth", False), 403: ("auth", False),
@@ -45,7 +46,7 @@ def _status_code(status: int) -> tuple[str, bool]:
     return "invalid_request", False
 
 
-class _OpenAIAdapter:
+class _OpenAIAdapter(ABC):
     """Shared transport: auth header, idempotency key, error mapping, redaction."""
 
     name = "http"
@@ -54,8 +55,12 @@ class _OpenAIAdapter:
     def __init__(self, *, base_url: str, api_key: SecretStr | str | None,
                  artifacts: ArtifactStore, timeout: float = 60.0,
                  client: httpx.Client | None = None,
-                 models: Mapping[str, str] | None = None) -> None:
+                 models: Mapping[str, str] | None = None,
+                 lookup_path: str | None = None) -> None:
+        """``lookup_path`` (e.g. ``/requests/{key}``): where the provider answers what it
+        did for an idempotency key; None when it offers no such lookup."""
         self.base_url = base_url.rstrip("/")
+        self.lookup_path = lookup_path
         self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \
             else SecretStr(api_key)
         self.artifacts = artifacts
@@ -125,6 +130,47 @@ class _OpenAIAdapter:
             raise _bad_response(capability, call, "the response body is not a JSON object")
         return data
 
+    def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
+        """What the provider did for ``call.idempotency_key``: ``completed`` with the
+        answer it kept, ``unknown`` (it has no record: the request never reached it, so
+        it was not charged), or ``in_progress``. A failure to ask raises CapabilityError."""
+        if self.lookup_path is None:
+            raise provider_error(capability, call, f"{capability.name}: this provider offers "
+                                 "no lookup by idempotency key (REVISE_PROVIDER_LOOKUP_PATH)",
+                                 status=None, provider_code="no_lookup")
+        headers = {"Accept": "application/json"}
+        if self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
+        url = self.base_url + self.lookup_path.replace("{key}", call.idempotency_key)
+        try:
+            response = self._client.get(url, headers=headers, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise provider_error(capability, call, f"{capability.name}: the lookup at "
+                                 f"{self.base_url} failed ({type(exc).__name__}: "
+                                 f"{self._redact(str(exc))})", status=None,
+                                 provider_code="connection_error") from None
+        if response.status_code == 404:
+            return Lookup("unknown")
+        if response.status_code >= 400:
+            raise self._http_error(capability, call, response)
+        try:
+            data = response.json()
+        except ValueError:
+            data = None
+        status = data.get("status") if isinstance(data, dict) else None
+        if status == "completed" and isinstance(data.get("response"), dict):
+            return Lookup("completed", self._answer(capability, payload, call,
+                                                    data["response"]))
+        if status == "in_progress":
+            return Lookup("in_progress")
+        raise _bad_response(capability, call, "the lookup answer is not "
+                            '{"status": "completed", "response": {...}} or "in_progress"')
+
+    @abstractmethod
+    def _answer(self, capability: Capability, payload: dict, call: CallContext,
+                data: dict[str, Any]) -> ProviderResult:
+        """The result of a provider answer (to the request, or kept for its key)."""
+
     def _http_error(self, capability: Capability, call: CallContext,
                     response: httpx.Response) -> CapabilityError:
         code, retryable = _status_code(response.status_code)
@@ -183,6 +229,13 @@ class OpenAIImagesProvider(_OpenAIAdapter):
                 "prompt": f"{prompt}\nStyle: {style}" if style else prompt,
                 "size": size, "n": 1, "response_format": "b64_json"}
         data = self._post(capability, call, "/images/generations", body)
+        return self._answer(capability, payload, call, data)
+
+    def _answer(self, capability: Capability, payload: dict, call: CallContext,
+                data: dict[str, Any]) -> ProviderResult:
+        prompt = payload.get("prompt", "")
+        size = payload.get("size", "1024x1024")
+        model = payload.get("model", "local-image-1")
         ref = self._store_image(capability, call, data)
         width, height = self._dimensions(ref, size)
         result = {"artifact": ref.to_json(), "width": width, "height": height, "size": size,
@@ -276,6 +329,16 @@ def _json_object(reply: str) -> dict[str, Any] | None:
 
 
 Shaper = Callable[[str, dict], dict[str, Any] | None]
+_SHAPERS: dict[str, Shaper] = {"text.generate": lambda reply, _p: {"text": reply},
+                               "storyboard.plan": _parse_storyboard,
+                               "review.visual": _parse_review}
+
+
+def _unsupported(capability: Capability, call: CallContext) -> None:
+    if capability.name not in _SHAPERS:
+        raise provider_error(capability, call, f"the chat adapter does not serve "
+                             f"{capability.name}", status=400,
+                             provider_code="unsupported_capability")
 
 
 class OpenAIChatProvider(_OpenAIAdapter):
@@ -283,23 +346,24 @@ class OpenAIChatProvider(_OpenAIAdapter):
 
     def execute(self, capability: Capability, payload: dict,
                 call: CallContext) -> ProviderResult:
-        shaper: Shaper
+        _unsupported(capability, call)
         if capability.name == "text.generate":
-            messages, shaper = _text_messages(payload), (lambda reply, _p: {"text": reply})
+            messages = _text_messages(payload)
         elif capability.name == "storyboard.plan":
-            messages, shaper = _storyboard_messages(payload), _parse_storyboard
-        elif capability.name == "review.visual":
-            messages = _review_messages(payload, self._image_url(payload.get("image")))
-            shaper = _parse_review
+            messages = _storyboard_messages(payload)
         else:
-            raise provider_error(capability, call, f"the chat adapter does not serve "
-                                 f"{capability.name}", status=400,
-                                 provider_code="unsupported_capability")
+            messages = _review_messages(payload, self._image_url(payload.get("image")))
         body: dict[str, Any] = {"model": self._model(payload.get("model", "local-text-1")),
                                 "messages": messages}
         if "max_tokens" in payload:
             body["max_tokens"] = payload["max_tokens"]
         data = self._post(capability, call, "/chat/completions", body)
+        return self._answer(capability, payload, call, data)
+
+    def _answer(self, capability: Capability, payload: dict, call: CallContext,
+                data: dict[str, Any]) -> ProviderResult:
+        _unsupported(capability, call)
+        shaper = _SHAPERS[capability.name]
         try:
             reply = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):

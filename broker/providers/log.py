@@ -36,7 +36,7 @@ from typing import Any
 from broker.catalog import Capability
 from broker.errors import CapabilityError, ReviseError
 from broker.identity import payload_digest
-from broker.providers.base import CallContext, Provider, ProviderResult
+from broker.providers.base import CallContext, Lookup, Provider, ProviderResult
 
 log = logging.getLogger("revise.provider_log")
 
@@ -150,6 +150,16 @@ class LoggedProvider:
     @property
     def degraded(self) -> str | None:
         return self.log.degraded
+
+    def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
+        """Asking what the provider did is not a dispatch: nothing is logged or paid."""
+        ask = getattr(self.inner, "lookup", None)
+        if ask is None:
+            raise CapabilityError(f"{capability.name}: the provider offers no lookup by "
+                                  "idempotency key", capability=capability.name,
+                                  provider_code="no_lookup")
+        result: Lookup = ask(capability, payload, call)
+        return result
 
     def _provider(self, capability: Capability) -> Provider:
         resolve = getattr(self.inner, "provider_for", None)

@@ -166,3 +166,32 @@ def test_two_deployments_with_one_run_id_never_share_a_key(make_harness, sandbox
         assert _run(theirs, ONE, "scout")["status"] == "succeeded"
         keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
         assert len(set(keys)) == 2 and server.charged() == 2
+
+
+def test_the_sweep_asks_the_provider_and_commits_what_it_kept(make_harness) -> None:
+    """A provider that keeps requests by key can be asked (REVISE_PROVIDER_LOOKUP_PATH):
+    the uncertain attempt is resolved with the result it kept, and the repair replays it
+    for free; a 5xx it never charged for (no record of the key) is abandoned instead."""
+    from orchestrator.reconcile import resolve_by_lookup
+
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        server.queue(IMAGES, charge_then_error(500), reject(503))
+        harness = make_harness(provider="http", provider_base_url=server.base_url,
+                               provider_api_key=FAKE_API_KEY,
+                               provider_lookup_path="/requests/{key}")
+        first = _run(harness, ONE)
+        assert first["error"]["charged"] == "maybe"
+        second = _run(harness, REPAIRED, run_id="run-2")
+        assert second["error"]["charged"] == "maybe"
+        store = harness.services.store
+        decided = resolve_by_lookup(store, harness.services.provider,
+                                    harness.services.artifacts)
+        assert sorted((d["run_id"], d["decision"]) for d in decided) == [
+            ("run-1", "resolved"), ("run-2", "abandoned")]
+        assert server.charged() == 1
+        repair = _run(harness, ONE)
+        assert repair["status"] == "succeeded", repair["error"]
+        assert (repair["calls"]["replayed"], repair["calls"]["executed"]) == (1, 0)
+        again = _run(harness, REPAIRED, run_id="run-2")  # never charged: asked again
+        assert again["status"] == "succeeded", again["error"]
+        assert server.charged() == 2
