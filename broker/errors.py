@@ -170,6 +170,14 @@ class QueueUnavailable(SafetyStop):
     code = "queue_unavailable"
 
 
+class Parked(SafetyStop):
+    """Not a failure: the revision's calls are all in flight at broker workers, so its
+    sandbox job stops its sandbox, gives its slot back, and resumes when they are settled
+    (the revision keeps running)."""
+
+    code = "parked"
+
+
 # ---- broker and providers ------------------------------------------------------------------
 
 

@@ -133,9 +133,11 @@ class Job(Base):
     run_id: Mapped[str] = mapped_column(
         String(200), ForeignKey("runs.run_id", ondelete="CASCADE"))
     revision: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(20))  # accepted | started | finished | lost
+    # accepted | started | parked | finished | lost
+    status: Mapped[str] = mapped_column(String(20))
     message: Mapped[dict[str, Any]] = mapped_column(JSON)
     requeues: Mapped[int] = mapped_column(Integer)
+    resumes: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
@@ -336,4 +338,5 @@ def revision_record(row: Any) -> RevisionRecord:
 def job_record(row: Any) -> JobRecord:
     return JobRecord(job_id=row.job_id, run_id=row.run_id, revision=row.revision,
                      status=JobStatus(row.status), message=row.message, requeues=row.requeues,
-                     created_at=row.created_at, updated_at=row.updated_at)
+                     created_at=row.created_at, updated_at=row.updated_at,
+                     resumes=row.resumes or 0)

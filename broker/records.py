@@ -181,6 +181,7 @@ class RevisionRecord:
 class JobStatus(StrEnum):
     ACCEPTED = "accepted"  # the dispatcher numbered it and queued its sandbox message
     STARTED = "started"  # a sandbox worker took it (the revision's lease is that worker's)
+    PARKED = "parked"  # its calls are in flight; it holds no sandbox until they are settled
     FINISHED = "finished"
     LOST = "lost"  # its message or its worker was lost; the revision is failed, resumable
 
@@ -195,6 +196,7 @@ class JobRecord:
     requeues: int
     created_at: datetime
     updated_at: datetime
+    resumes: int = 0  # times it was resumed after parking (its sandbox task id counts them)
 
 
 @dataclass(frozen=True)

@@ -176,7 +176,8 @@ def accept_job_txn(conn: Connection, job_id: str, run_id: str, revision: int,
     now = models.utcnow()
     conn.execute(sql.upsert(conn, jobs).values(
         job_id=job_id, run_id=run_id, revision=revision, status=JobStatus.ACCEPTED.value,
-        message=message, requeues=0, created_at=now, updated_at=now).on_conflict_do_nothing(
+        message=message, requeues=0, resumes=0, created_at=now, updated_at=now
+    ).on_conflict_do_nothing(
             index_elements=["job_id"]))
     return job_record(conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one())
 
@@ -702,6 +703,44 @@ class SqlStore:
         self._run("finishing a job", lambda c: c.execute(update(jobs).where(
             jobs.c.job_id == job_id).values(status=JobStatus.FINISHED.value,
                                             updated_at=models.utcnow())))
+
+    def park_job(self, job_id: str) -> bool:
+        """The started job gives its sandbox back while its calls are in flight."""
+        def txn(conn: Connection) -> bool:
+            done = conn.execute(update(jobs).where(
+                jobs.c.job_id == job_id, jobs.c.status == JobStatus.STARTED.value)
+                .values(status=JobStatus.PARKED.value, updated_at=models.utcnow()))
+            if done.rowcount == 0:
+                return False
+            job = job_record(conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one())
+            add_event_txn(conn, job.run_id, "parked", "its calls are in flight: the sandbox "
+                          "job gave its slot back and resumes when they are settled",
+                          revision=job.revision, data={"job_id": job_id})
+            return True
+
+        return self._run("parking a job", txn)
+
+    def wake_parked(self, run_id: str, revision: int) -> JobRecord | None:
+        """The revision's parked job, accepted again (one more resume) when none of the
+        revision's attempts is still pending; None when it is not parked or still waits.
+        One statement, so of two brokers settling its last calls at once one wakes it."""
+        pending = select(attempts.c.id).where(
+            attempts.c.run_id == run_id, attempts.c.revision == revision,
+            attempts.c.status == AttemptStatus.PENDING.value).exists()
+
+        def txn(conn: Connection) -> JobRecord | None:
+            row = conn.execute(update(jobs).where(
+                jobs.c.run_id == run_id, jobs.c.revision == revision,
+                jobs.c.status == JobStatus.PARKED.value, ~pending)
+                .values(status=JobStatus.ACCEPTED.value, updated_at=models.utcnow(),
+                        resumes=func.coalesce(jobs.c.resumes, 0) + 1)
+                .returning(*jobs.c)).first()
+            return None if row is None else job_record(row)
+
+        return self._run("waking a parked job", txn)
+
+    def parked_jobs(self) -> list[JobRecord]:
+        return self.list_jobs(frozenset({JobStatus.PARKED}))
 
     def requeued_job(self, job_id: str, seen_requeues: int) -> bool:
         """Count one more requeue of an accepted job, if nobody else counted it first."""

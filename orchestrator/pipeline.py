@@ -20,7 +20,7 @@ from typing import Any
 
 from broker.catalog import lookup
 from broker.envelope import Envelope
-from broker.errors import InputError, OrphanStop, RevisionNotRunning
+from broker.errors import InputError, OrphanStop, Parked, RevisionNotRunning
 from broker.identity import Identity, canonical_json, sha256_hex
 from broker.prefix import Prefix
 from broker.records import AttemptRecord, AttemptStatus, RevisionEnd, RunStatus, SlotRecord
@@ -201,6 +201,12 @@ class Pipeline:
         finally:
             executor.close()
             shutil.rmtree(session.rpc_dir.parent, ignore_errors=True)
+        if isinstance(result.stop, Parked) and job_id is not None and \
+                self.store.park_job(job_id):
+            # The revision runs on without a sandbox: its job resumes it when its calls
+            # are settled (``workers.parking``); nothing is finished here.
+            report.status = RevisionStatus.PARKED
+            return report
         self._finish(report, result, envelope, job_id)
         return report
 

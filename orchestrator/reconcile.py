@@ -100,8 +100,8 @@ def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | No
                              now, store_since=store.available_since):
             continue
         job = store.job_for_revision(rev.run_id, rev.revision)
-        if job is not None and job.status is JobStatus.ACCEPTED:
-            continue
+        if job is not None and job.status in (JobStatus.ACCEPTED, JobStatus.PARKED):
+            continue  # the requeue sweep's; a parked job holds no lease while it waits
         if job is not None:
             reason = LOST_SANDBOX
         elif rev.heartbeat_at is not None and rev.heartbeat_at > rev.created_at:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 class RevisionStatus(StrEnum):
     RUNNING = "running"
+    PARKED = "parked"  # a sandbox job's answer only: the revision runs on, its job waits
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"

@@ -309,7 +309,12 @@ class Session:
         slot = decision.slot
         if decision.replays:
             assert slot is not None
-            self._record(Recorded(call.identity, call.capability, Outcome.REPLAYED,
+            # A slot this revision committed (before its job parked, or before a crash
+            # and a redelivery) is its own work, reported as executed, paid once.
+            own = slot.revision == self.revision and slot.identity == call.identity
+            self._record(Recorded(call.identity, call.capability,
+                                  Outcome.EXECUTED if own else Outcome.REPLAYED,
+                                  attempted=own, cost=slot.cost if own else 0.0,
                                   replayed_from=slot.identity if slot.identity != call.identity
                                   else None, committed_by=slot.revision))
             self._answer(seq, {"ok": True, "result": slot.result})

@@ -46,6 +46,7 @@ from workers.messages import (
     parse_message,
 )
 from workers.outcome import CallFailed, wave_outcome
+from workers.parking import wake
 from workers.recovery import count_stale_delivery
 from workers.routing import CAPABILITY_TASK
 
@@ -112,6 +113,8 @@ def _spend(ctx: WorkerContext, requests: list[CallRequest], envelope_wire: dict[
         broker.close()
     if isinstance(ctx.artifacts, SpoolingArtifactStore) and ctx.artifacts.pending():
         ctx.drain_spool_in_background()  # artifact bytes kept while their store was away
+    if any(report.attempted for report in reports):
+        wake(ctx, app, requests[0].run_id, requests[0].revision)  # its job may be parked
     for report in reports:
         if isinstance(report.stop, RevisionNotRunning):
             # A redelivery for a finished revision: nobody waits for it; acknowledged at

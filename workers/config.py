@@ -35,6 +35,11 @@ class WorkerSettings(BaseSettings):
         default=16, ge=1, le=64, description="new calls of one fanout wave sent to the broker "
         "workers as one capability task (claimed in one transaction); a wider wave is split "
         "into tasks of this many calls, so it spreads over broker workers")
+    park_after_seconds: float | None = Field(
+        default=2.0, ge=0, description="a sandbox job whose calls have all been in flight at "
+        "broker workers for this long parks: its sandbox and its process are given back, "
+        "and it resumes (the admitted script again, its committed calls replayed) when they "
+        "are settled; empty: never park (the job holds its slot while it waits)")
     reconcile_interval: float = Field(
         default=10.0, gt=0, description="seconds between the reconciler's sweeps for "
         "attempts and revisions whose worker died and jobs whose message was lost")

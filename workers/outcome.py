@@ -72,7 +72,7 @@ def run_outcome(answer: dict[str, Any], *, carry: dict[str, Any] | None = None
     """The exception for a job answer (``run_id``, ``revision``, ``status``, ``error``),
     or None when the run succeeded. It carries ``carry`` (default: the answer itself)."""
     status = answer.get("status")
-    if status == SUCCEEDED:
+    if status in (SUCCEEDED, "parked"):  # parked: the job resumes, the run goes on
         return None
     error = answer.get("error") or {}
     cls = RunStopped if status == "stopped" else RunFailed

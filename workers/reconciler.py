@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestrator.reconcile import resolve_by_lookup, sweep, sweep_revisions
 from workers.app import ReviseTask, app
+from workers.parking import wake_all
 from workers.recovery import requeue_lost_jobs
 from workers.routing import SWEEP_TASK
 
@@ -40,6 +41,7 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
     resolved = []
     if ctx.settings.provider_lookup_path:  # the provider can be asked: ask, never guess
         resolved = resolve_by_lookup(ctx.store, ctx.provider, ctx.artifacts)
+    woken = wake_all(ctx, app)  # a parked job whose broker died was not woken by it
     lost = sweep_revisions(ctx.store, ctx.settings.revision_lease_seconds)
     for revision in lost:
         log.warning("run %s revision %s: %s; the run can be submitted again",
@@ -52,7 +54,7 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
                                 "reason": r.reason} for r in lost],
             "resolved_by_lookup": [{"run_id": d["run_id"], "identity": d["identity"],
                                     "decision": d["decision"]} for d in resolved],
-            "containers_removed": removed}
+            "parked_woken": woken, "containers_removed": removed}
 
 
 def _remove_stale_containers() -> list[str]:

@@ -27,8 +27,9 @@ from workers.transport import Transport
 log = logging.getLogger("revise.recovery")
 
 
-def sandbox_task_id(job_id: str) -> str:
-    return f"{job_id}/sandbox"
+def sandbox_task_id(job_id: str, resumes: int = 0) -> str:
+    """The job's sandbox task; each resume after parking is a task of its own."""
+    return f"{job_id}/sandbox" if not resumes else f"{job_id}/sandbox/resume-{resumes}"
 
 
 def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dict[str, list]:
@@ -45,7 +46,7 @@ def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dic
     queued = transport.task_ids(queue, delivered=False)
     delivered = transport.task_ids(queue) - queued
     for job in overdue:
-        task_id = sandbox_task_id(job.job_id)
+        task_id = sandbox_task_id(job.job_id, job.resumes)
         if task_id in queued:
             continue  # still queued behind other jobs: not lost
         if job.requeues >= ctx.settings.max_requeues:

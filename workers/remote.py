@@ -35,6 +35,7 @@ answer is waited out like a slow task.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -53,11 +54,12 @@ from broker.errors import (
     AttemptUnresolved,
     BrokerError,
     BudgetExceeded,
+    Parked,
     StoreUnavailable,
 )
 from broker.identity import sha256_hex
 from broker.outage import is_queue_outage, queue_unavailable
-from broker.records import AttemptRecord, AttemptStatus
+from broker.records import AttemptRecord, AttemptStatus, SlotRecord
 from broker.store import RunStore
 from workers.messages import WAVE_CALLS
 from workers.outcome import answer_of
@@ -94,9 +96,13 @@ class RemoteExecutor:
     def __init__(self, *, app: Celery, routing: Routing, envelope: Envelope, job_id: str,
                  wait_seconds: float, delivery: int = 1, store: RunStore | None = None,
                  transport: Transport | None = None, brokers: Roster | None = None,
-                 lease_seconds: float = 30.0, chunk: int = 16) -> None:
+                 lease_seconds: float = 30.0, chunk: int = 16,
+                 park_after: float | None = None) -> None:
         """``store`` and ``transport`` bound each wait by the calls' liveness (without
-        them only ``wait_seconds`` does)."""
+        them only ``wait_seconds`` does). ``park_after``: once every call of a wave has
+        been in flight at a broker worker this long, the wave answers ``Parked`` (and so
+        does every other wave still waiting): the revision's job gives its sandbox back
+        and resumes when the calls are settled (``workers.parking``)."""
         self.app = app
         self.routing = routing
         self.job_id = job_id
@@ -107,6 +113,8 @@ class RemoteExecutor:
         self.brokers = brokers
         self.lease_seconds = lease_seconds
         self.chunk = max(1, min(chunk, WAVE_CALLS))
+        self.park_after = park_after
+        self._parking = threading.Event()
         self._envelope_wire = envelope.model_dump(mode="json")
         self._budget = budget_check(envelope.budget)
         self.timings: list[float] = []
@@ -184,11 +192,13 @@ class RemoteExecutor:
         sent_at, resends = time.monotonic(), 0
         nobody_since: float | None = None
         while True:
+            if self._parking.is_set():
+                return [self._parked(first)]
             left = deadline - time.monotonic()
             if left <= 0:
                 return [self._no_answer(first, f"no answer within {self.wait_seconds:.0f} s")]
             try:
-                answer: Any = result.get(timeout=min(_POLL_SECONDS, left), propagate=False,
+                answer: Any = result.get(timeout=self._poll(left, sent_at), propagate=False,
                                          disable_sync_subtasks=False)
             except CeleryTimeout:
                 pass
@@ -205,6 +215,10 @@ class RemoteExecutor:
             found = self._watch(requests, sent_at)
             if isinstance(found, list):
                 return found
+            if found == "in_flight" and self.park_after is not None and \
+                    time.monotonic() - sent_at >= self.park_after:
+                self._parking.set()  # every other wave still waiting parks with it
+                return [self._parked(first)]
             if found == "queued":  # still queued: is any broker worker alive to take it?
                 if self._brokers_alive():
                     nobody_since = None
@@ -224,24 +238,32 @@ class RemoteExecutor:
     def _watch(self, requests: list[CallRequest], sent_at: float
                ) -> list[CallReport] | str | None:
         """What the store says about calls that have not answered yet: their reports (all
-        committed, or one stopped), "queued" or "lost" (no attempt after a lease), or
-        None (still in flight)."""
+        committed, or one stopped), "in_flight" (every call's attempt of this revision is
+        open at a broker worker), "queued" or "lost" (no attempt after a lease), or None
+        (still on their way)."""
         if self.store is None:
             return None
         reports: list[CallReport] = []
         attempted = False
+        in_flight = True
         try:
             for request in requests:
-                report, seen = self._watch_one(request)
+                report, attempt = self._watch_one(request)
                 if report is not None and report.stop is not None:
                     return [report]
-                attempted = attempted or seen
+                attempted = attempted or attempt is not None
+                in_flight = in_flight and report is None and \
+                    isinstance(attempt, AttemptRecord) and \
+                    attempt.revision == request.revision and \
+                    attempt.status is AttemptStatus.PENDING
                 if report is not None:
                     reports.append(report)
         except StoreUnavailable:
             return None  # the store is away: its answer decides when it is back
         if len(reports) == len(requests):
             return reports  # every call committed: the result backend lost the answer
+        if in_flight:
+            return "in_flight"
         if attempted or self.transport is None \
                 or time.monotonic() - sent_at <= self.lease_seconds:
             return None
@@ -253,9 +275,10 @@ class RemoteExecutor:
             return None
         return "queued" if held else "lost"
 
-    def _watch_one(self, request: CallRequest) -> tuple[CallReport | None, bool]:
-        """A committed call's report, or an unresolved attempt's stop; and whether the call
-        has an attempt of this revision at all."""
+    def _watch_one(self, request: CallRequest
+                   ) -> tuple[CallReport | None, AttemptRecord | SlotRecord | None]:
+        """A committed call's report, or an unresolved attempt's stop; and the call's
+        latest attempt (its slot when committed)."""
         assert self.store is not None
         slot = self.store.get_slot(request.run_id, request.identity)
         if slot is not None and slot.same_call(request.capability, request.digest):
@@ -263,9 +286,9 @@ class RemoteExecutor:
                        else Outcome.REPLAYED)
             return CallReport(request.identity, request.capability, outcome,
                               result=slot.result, attempted=outcome is Outcome.EXECUTED,
-                              committed_by=slot.revision), True
+                              committed_by=slot.revision), slot
         if slot is not None:
-            return None, True  # a divergence: the broker's answer names it
+            return None, slot  # a divergence: the broker's answer names it
         attempt = self.store.latest_attempt(request.run_id, request.identity)
         mine = attempt is not None and attempt.revision == request.revision
         if mine and attempt is not None and (
@@ -282,8 +305,8 @@ class RemoteExecutor:
                 f"'{request.identity}' --from-log FILE`, `--result FILE` or `--abandon`",
                 identity=str(request.identity), attempt_id=attempt.id)
             return CallReport(request.identity, request.capability, Outcome.STOPPED,
-                              stop=stop, error=stop.to_json()), True
-        return None, attempt is not None
+                              stop=stop, error=stop.to_json()), attempt
+        return None, attempt
 
     def _brokers_alive(self) -> bool:
         if self.brokers is None:
@@ -307,6 +330,20 @@ class RemoteExecutor:
         """Redis is down: the call may or may not have been queued; stop, fail closed."""
         stop = queue_unavailable(str(self.app.conf.broker_url), action, exc,
                                  identity=str(request.identity))
+        return CallReport(request.identity, request.capability, Outcome.STOPPED, stop=stop,
+                          error=stop.to_json())
+
+    def _poll(self, left: float, sent_at: float) -> float:
+        """How long to listen for the answer before looking at the store: the poll
+        period, or less when the wave may park sooner."""
+        wait = min(_POLL_SECONDS, left)
+        if self.park_after is not None:
+            wait = min(wait, max(sent_at + self.park_after - time.monotonic(), 0.1))
+        return wait
+
+    def _parked(self, request: CallRequest) -> CallReport:
+        stop = Parked(f"the calls from {request.identity} on are in flight at broker workers; "
+                      "the job parks until they are settled", identity=str(request.identity))
         return CallReport(request.identity, request.capability, Outcome.STOPPED, stop=stop,
                           error=stop.to_json())
 

@@ -42,6 +42,7 @@ from workers.context import WorkerContext
 from workers.lease import Grant, Released, run_leased
 from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
+from workers.parking import wake
 from workers.recovery import count_stale_delivery
 from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
@@ -188,12 +189,16 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
             app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
             wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
             store=ctx.store, transport=Transport(ctx.broker_redis), brokers=ctx.brokers,
-            lease_seconds=ctx.settings.attempt_lease_seconds, chunk=ctx.queue.wave_chunk))
+            lease_seconds=ctx.settings.attempt_lease_seconds, chunk=ctx.queue.wave_chunk,
+            park_after=ctx.queue.park_after_seconds))
     run_id, revision = job["run_id"], job["revision"]
     admitted = Admitted(run_id, revision, decode_source(job["source"]), job["args_text"],
                         Admission.from_wire(job["admission"]),
                         RunReport(run_id=run_id, revision=revision))
-    return pipeline.execute(admitted, envelope, delivery=delivery, job_id=job["job_id"])
+    report = pipeline.execute(admitted, envelope, delivery=delivery, job_id=job["job_id"])
+    if report.status is RevisionStatus.PARKED:
+        wake(ctx, app, run_id, revision)  # its calls may all be settled already
+    return report
 
 
 def _give_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:

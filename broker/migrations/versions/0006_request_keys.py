@@ -1,7 +1,7 @@
 """Request keys: a random token per run (idempotency keys name the request, never only
 the user-chosen run id), the attempts' paid-payload index (an uncertain or in-flight
-attempt counts as paid for the ledger), and each attempt's dispatch record (when the
-request was sent, when its answer was recorded).
+attempt counts as paid for the ledger), each attempt's dispatch record (when the
+request was sent, when its answer was recorded), and how often a parked job resumed.
 
 Revision ID: 0006
 Revises: 0005
@@ -35,9 +35,13 @@ def upgrade() -> None:
     with op.batch_alter_table("attempts") as batch:
         batch.add_column(sa.Column("sent_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("answered_at", sa.DateTime(timezone=True), nullable=True))
+    with op.batch_alter_table("jobs") as batch:
+        batch.add_column(sa.Column("resumes", sa.Integer(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("jobs") as batch:
+        batch.drop_column("resumes")
     with op.batch_alter_table("attempts") as batch:
         batch.drop_column("answered_at")
         batch.drop_column("sent_at")

@@ -1,0 +1,112 @@
+"""Jobs that wait hold nothing (issue 26): a sandbox job whose calls are all in flight
+at broker workers parks (its sandbox and its process are given back) and resumes when
+they are settled; it is still one revision, every call paid once."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from broker.envelope import Envelope
+from broker.errors import RunBusy
+from broker.providers import ProviderLog
+from broker.records import JobStatus
+
+from .conftest import script
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+SEQUENTIAL = '''
+async def orchestrate(ctx, args):
+    out = []
+    for prompt in args["prompts"][:4]:
+        image = await ctx.run("image.generate", {"prompt": prompt})
+        out.append(image["artifact"]["id"])
+    return out
+'''
+FANOUT = '''
+async def orchestrate(ctx, args):
+    async def gen(prompt):
+        return await ctx.run("image.generate", {"prompt": prompt})
+
+    images = await ctx.parallel([gen(p) for p in args["prompts"][:8]])
+    return [i["artifact"]["id"] for i in images[:8]]
+'''
+
+
+def _stack(make_stack, *, latency: float = 1.5, slots: int = 1):
+    stack = make_stack(local_latency=latency, park_after_seconds=0.2)
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=slots)
+    stack.worker("capabilities", concurrency=16)
+    stack.wait_ready(120)
+    return stack
+
+
+def test_a_waiting_job_parks_and_resumes_paying_each_call_once(make_stack) -> None:
+    stack = _stack(make_stack)
+    prompts = {"prompts": ["a", "b", "c"]}
+    report = stack.client.submit(SEQUENTIAL, prompts, Envelope(), "parks").wait(180)
+    assert report["status"] == "succeeded", report["error"]
+    assert len(report["result"]) == 3
+    assert report["calls"]["executed"] == 3 and report["calls"]["replayed"] == 0
+    assert [i["outcome"] for i in report["identities"]] == ["executed"] * 3
+    assert len(stack.provider_log()) == 3
+    parked = [e for e in stack.store.list_events("parks") if e.kind == "parked"]
+    assert len(parked) >= 2  # it gave its slot back while each call was in flight
+    job = stack.store.job_for_revision("parks", 1)
+    assert job.status is JobStatus.FINISHED and job.resumes == len(parked)
+
+
+def test_one_sandbox_slot_keeps_several_jobs_in_flight(make_stack) -> None:
+    """With one sandbox slot and calls of 3 s, four jobs of two calls would hold the slot
+    one after the other; parked, their calls overlap at the broker workers."""
+    stack = _stack(make_stack, latency=3.0)
+    handles = [stack.client.submit(SEQUENTIAL, {"prompts": [f"{n}a", f"{n}b"]}, Envelope(),
+                                   f"many-{n}") for n in range(4)]
+    started = time.monotonic()
+    reports = [h.wait(240) for h in handles]
+    assert all(r["status"] == "succeeded" for r in reports), [r["error"] for r in reports]
+    assert len(stack.provider_log()) == 8
+    peak = _peak_in_flight(ProviderLog(stack.settings.provider_log_path).lines())
+    assert peak >= 2, f"the provider never saw two jobs' calls at once (peak {peak})"
+    elapsed = time.monotonic() - started
+    assert elapsed > 0  # the makespan is the bench's to compare, never asserted here
+
+
+def test_a_parked_fanout_resumes_with_every_branch_paid_once(make_stack) -> None:
+    stack = _stack(make_stack)
+    prompts = {"prompts": [f"shot {i}" for i in range(6)]}
+    report = stack.client.submit(FANOUT, prompts, Envelope(), "wide").wait(180)
+    assert report["status"] == "succeeded", report["error"]
+    assert report["calls"]["executed"] == 6 and len(stack.provider_log()) == 6
+
+
+def test_a_second_submit_while_parked_is_refused(make_stack) -> None:
+    stack = _stack(make_stack, latency=3.0)
+    first = stack.client.submit(SEQUENTIAL, {"prompts": ["x", "y"]}, Envelope(), "busy")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        job = stack.store.job_for_revision("busy", 1)
+        if job is not None and job.status is JobStatus.PARKED:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the job never parked")
+    with pytest.raises(RunBusy, match="revision 1 still running"):
+        stack.client.submit(script("crash_seq"), {}, Envelope(), "busy").wait(60)
+    report = first.wait(180)
+    assert report["status"] == "succeeded", report["error"]
+    assert len(stack.provider_log()) == 2
+
+
+def _peak_in_flight(lines: list[dict]) -> int:
+    """Most provider calls in flight at once, from the log's intent and outcome lines."""
+    points = [(line["ts"], 1 if line.get("phase") == "sent" else -1) for line in lines
+              if line.get("phase") in ("sent", "answered")]
+    level = peak = 0
+    for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+        level += step
+        peak = max(peak, level)
+    return peak
