@@ -25,6 +25,7 @@ from orchestrator.cli_common import (
     read_json,
     read_script,
 )
+from orchestrator.config_cli import register as register_config
 from orchestrator.repair_cli import register as register_repair
 from orchestrator.submit_cli import register as register_submit
 
@@ -372,6 +373,7 @@ def db_upgrade_cmd(as_json: JsonFlag = False) -> None:
 register_repair(app)
 register_submit(app)
 register_artifact(app)
+register_config(app)
 
 
 def main() -> None:
