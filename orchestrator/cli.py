@@ -128,10 +128,10 @@ def run_cmd(
     differ from the stored ones).
     """
     from broker.envelope import load_envelope
-    from orchestrator.inputs import MISSING, resolve_inputs
+    from orchestrator.inputs import MISSING, ArgsFile, resolve_inputs
 
     source = read_script(script)
-    given_args = read_json(args) if args is not None else MISSING
+    given_args = ArgsFile(args) if args is not None else MISSING
     given_env = load_envelope(envelope) if envelope else None
     services = _services()
     try:
