@@ -45,6 +45,11 @@ OTHER_VARIABLES = frozenset({
 _log = logging.getLogger("revise.settings")
 
 
+class SettingsError(ConfigError, ValueError):
+    """A setting's value is refused. A ValueError too, as pydantic's ValidationError was:
+    callers that caught that keep working."""
+
+
 class SandboxKind(StrEnum):
     DOCKER = "docker"
     PROCESS = "process"  # bubblewrap: own namespaces, seccomp, unprivileged uid
@@ -284,14 +289,14 @@ def mask_url(url: str) -> str:
 # ---- errors and unknown variables -----------------------------------------------------
 
 
-def settings_error(exc: ValidationError, prefix: str) -> ConfigError:
+def settings_error(exc: ValidationError, prefix: str) -> SettingsError:
     """One ConfigError naming each bad variable (its value is not echoed: it may be a
     secret)."""
     problems = []
     for error in exc.errors(include_url=False):
         name = prefix + "_".join(str(part) for part in error["loc"]).upper()
         problems.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
-    return ConfigError("; ".join(problems), problems=problems)
+    return SettingsError("; ".join(problems), problems=problems)
 
 
 def env_names(settings_class: type[BaseSettings]) -> list[str]:
