@@ -163,3 +163,15 @@ def test_revise_config_check_is_one_line_per_problem(tmp_path: Path) -> None:
     assert as_json.returncode == 2
     assert json.loads(as_json.stdout) == {"ok": False, "problems": [
         "REVISE_SANBOX is not a Revise setting and is ignored; did you mean REVISE_SANDBOX?"]}
+
+
+@pytest.mark.postgres
+def test_the_postgres_spelling_reaches_a_real_database(tmp_path: Path, postgres_url: str) -> None:
+    """The form `pg_ctl`, Heroku and most tools print, through the commands that use it."""
+    plain = postgres_url.replace("postgresql+psycopg://", "postgres://", 1)
+    upgraded = _revise("db", "upgrade", "--json", tmp_path=tmp_path,
+                       env={"REVISE_DATABASE_URL": plain})
+    assert upgraded.returncode == 0, upgraded.stderr
+    done = _revise("runs", "--json", tmp_path=tmp_path, env={"REVISE_DATABASE_URL": plain})
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"runs": []}
