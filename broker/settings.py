@@ -1,13 +1,53 @@
-"""Settings from the environment (prefix ``REVISE_``); no module-level instance."""
+"""Settings from the environment (prefix ``REVISE_``); no module-level instance.
+
+A bad value is a ``ConfigError`` naming the variable (never a pydantic traceback).
+``REVISE_DATABASE_URL`` accepts ``postgres://`` and ``postgresql://`` (the forms most
+tools print) and means the project's driver by them (``postgresql+psycopg://``).
+A ``REVISE_*`` variable that no settings class reads and no script or compose file
+uses is a warning, logged once per process when the settings are read, with the
+nearest real name; ``revise config --check`` makes it an error (exit 2). It is not
+an error at start-up because a stale variable must not stop a running deployment's
+workers, but it is never silently ignored.
+"""
 
 from __future__ import annotations
 
+import difflib
+import functools
+import logging
 import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from broker.errors import ConfigError
+
+PREFIX = "REVISE_"
+POSTGRES_DRIVER = "postgresql+psycopg"
+DATABASE_URL_FORMS = (f"{POSTGRES_DRIVER}://USER:PASSWORD@HOST:5432/DB (postgres:// and "
+                      "postgresql:// mean the same), or sqlite:///PATH")
+# REVISE_* names read outside the settings classes: by compose.yaml (REVISE_DB_PASSWORD,
+# REVISE_HOST_HOME, REVISE_DOCKER_GID, REVISE_FLOWER_AUTH), the Procfile
+# (REVISE_FLOWER_PORT), sandbox/image.py and the shell scripts under sandbox/, and the
+# tests and benchmarks. Known names, never reported as misspellings.
+OTHER_VARIABLES = frozenset({
+    "REVISE_DB_PASSWORD", "REVISE_HOST_HOME", "REVISE_DOCKER_GID", "REVISE_FLOWER_AUTH",
+    "REVISE_FLOWER_PORT", "REVISE_SANDBOX_BASE_IMAGE", "REVISE_BASE_MIRROR",
+    "REVISE_BASE_TAG", "REVISE_BASE_SUITE", "REVISE_DOCKERD_LOG", "REVISE_DOCKER_STORAGE",
+    "REVISE_ENGINE_WAIT",
+    "REVISE_TEST_REDIS_DB", "REVISE_CRASH_RUNS", "REVISE_BENCH_REDIS_DB",
+    "REVISE_BENCH_REDIS_URL", "REVISE_FLOOR_PREFIX", "REVISE_FLOOR_DATABASE_URL"})
+_log = logging.getLogger("revise.settings")
+
+
+class SettingsError(ConfigError, ValueError):
+    """A setting's value is refused. A ValueError too, as pydantic's ValidationError was:
+    callers that caught that keep working."""
 
 
 class SandboxKind(StrEnum):
@@ -51,7 +91,14 @@ def _state_dir() -> Path:
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REVISE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            raise settings_error(exc, PREFIX) from None
+        warn_unknown(os.environ)
 
     home: Path = Field(default=Path("./.revise"), description="state directory")
     database_url: str | None = Field(
@@ -148,6 +195,11 @@ class Settings(BaseSettings):
         "auto: queue when REDIS_URL or CELERY_BROKER_URL is set and the run store is "
         "PostgreSQL, else embedded")
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, url: str | None) -> str | None:
+        return None if url is None else normalize_database_url(url)
+
     @field_validator("home", "sandbox_pin")
     @classmethod
     def _absolute(cls, path: Path) -> Path:
@@ -202,3 +254,108 @@ class Settings(BaseSettings):
     @property
     def runs_dir(self) -> Path:
         return self.home / "runs"
+
+
+# ---- database URLs ---------------------------------------------------------------------
+
+
+def normalize_database_url(url: str) -> str:
+    """``postgres://`` and ``postgresql://`` become the project's driver URL; any other
+    PostgreSQL driver and SQLite URLs stay as they are; anything else is a ValueError."""
+    scheme, sep, rest = url.strip().partition("://")
+    scheme = scheme.lower()
+    if not sep or not rest:
+        raise ValueError(f"not a database URL; use {DATABASE_URL_FORMS}")
+    if scheme in ("postgres", "postgresql"):
+        url = f"{POSTGRES_DRIVER}://{rest}"
+    elif not (scheme.startswith("postgresql+") or scheme == "sqlite"
+              or scheme.startswith("sqlite+")):
+        raise ValueError(f"unknown scheme {scheme}://; use {DATABASE_URL_FORMS}")
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        make_url(url).port  # noqa: B018 - a port that is not a number raises here
+    except (ArgumentError, ValueError) as exc:
+        raise ValueError(f"cannot be parsed ({str(exc).splitlines()[0]}); use "
+                         f"{DATABASE_URL_FORMS}") from None
+    return url
+
+
+def mask_url(url: str) -> str:
+    """The URL with the password inside it replaced by ***."""
+    scheme, sep, rest = url.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in userinfo:
+        return url
+    return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+# ---- errors and unknown variables -----------------------------------------------------
+
+
+def settings_error(exc: ValidationError, prefix: str) -> SettingsError:
+    """One ConfigError naming each bad variable (its value is not echoed: it may be a
+    secret)."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        name = prefix + "_".join(str(part) for part in error["loc"]).upper()
+        problems.append(f"{name}: {str(error['msg']).removeprefix('Value error, ')}")
+    return SettingsError("; ".join(problems), problems=problems)
+
+
+def env_names(settings_class: type[BaseSettings]) -> list[str]:
+    prefix = settings_class.model_config.get("env_prefix", "")
+    return [f"{prefix}{name}".upper() for name in settings_class.model_fields]
+
+
+def known_variables() -> frozenset[str]:
+    """Every REVISE_* name something reads: the settings classes' and OTHER_VARIABLES."""
+    # Imported here: the queue's and the process sandbox's settings sit in higher layers.
+    from sandbox.process_profile import ProcessSettings
+    from workers.config import WorkerSettings
+
+    classes: tuple[type[BaseSettings], ...] = (Settings, WorkerSettings, ProcessSettings)
+    return frozenset(name for cls in classes for name in env_names(cls)) | OTHER_VARIABLES
+
+
+@dataclass(frozen=True)
+class UnknownVariable:
+    name: str
+    nearest: str | None
+
+    def line(self) -> str:
+        hint = (f"did you mean {self.nearest}?" if self.nearest
+                else "`revise config` lists every setting")
+        return f"{self.name} is not a Revise setting and is ignored; {hint}"
+
+
+def unknown_variables(environ: Mapping[str, str] | Iterable[str]) -> list[UnknownVariable]:
+    """The REVISE_* names in ``environ`` nothing reads, each with its nearest known name
+    (names are matched without regard to case, as the settings read them)."""
+    names = {n.upper() for n in environ if n.upper().startswith(PREFIX)}
+    if names <= _settings_names():
+        return []
+    known = known_variables()
+    # Compared without the common prefix, which would make every name look close.
+    tails = {name.removeprefix(PREFIX): name for name in known}
+    return [UnknownVariable(name, next(
+        (tails[t] for t in difflib.get_close_matches(name.removeprefix(PREFIX), tails, n=1)),
+        None)) for name in sorted(names - known)]
+
+
+@functools.cache
+def _settings_names() -> frozenset[str]:
+    """The names known without importing the other layers' settings (the usual case)."""
+    return frozenset(env_names(Settings)) | OTHER_VARIABLES
+
+
+def warn_unknown(environ: Mapping[str, str]) -> None:
+    _warn_once(frozenset(n for n in environ if n.upper().startswith(PREFIX)))
+
+
+@functools.cache
+def _warn_once(names: frozenset[str]) -> None:
+    """Once per process and set of names: Settings() is built many times by one command."""
+    for unknown in unknown_variables(names):
+        _log.warning("%s", unknown.line())

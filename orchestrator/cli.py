@@ -25,6 +25,7 @@ from orchestrator.cli_common import (
     read_json,
     read_script,
 )
+from orchestrator.config_cli import register as register_config
 from orchestrator.repair_cli import register as register_repair
 from orchestrator.submit_cli import register as register_submit
 
@@ -127,10 +128,10 @@ def run_cmd(
     differ from the stored ones).
     """
     from broker.envelope import load_envelope
-    from orchestrator.inputs import MISSING, resolve_inputs
+    from orchestrator.inputs import MISSING, ArgsFile, resolve_inputs
 
     source = read_script(script)
-    given_args = read_json(args) if args is not None else MISSING
+    given_args = ArgsFile(args) if args is not None else MISSING
     given_env = load_envelope(envelope) if envelope else None
     services = _services()
     try:
@@ -392,6 +393,7 @@ def db_upgrade_cmd(as_json: JsonFlag = False) -> None:
 register_repair(app)
 register_submit(app)
 register_artifact(app)
+register_config(app)
 
 
 def main() -> None:

@@ -7,6 +7,11 @@ repair``) reuses the latest stored inputs unless new ones are given, and says
 so; new ones that differ from the stored ones are announced too, never
 silently swapped.
 
+Args named on the command line (``ArgsFile``) are read only once the envelope that
+bounds them is known: the file's size is checked against ``sandbox.args_bytes`` before
+a byte is parsed, and they must be a JSON object (what ``orchestrate(ctx, args)``
+receives), nested at most ``MAX_ARGS_DEPTH`` levels.
+
 The normalized payload of every call that reaches the broker is stored under its
 call digest in the broker's claim transaction (``RunStore.begin_call``), so the
 repair prompt can show the data that reached each committed (or failed) call.
@@ -15,7 +20,9 @@ repair prompt can show the data that reached each committed (or failed) call.
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 from pydantic import ValidationError
@@ -35,6 +42,88 @@ class _Missing:
 
 
 MISSING: Final = _Missing()
+MAX_ARGS_DEPTH: Final = 100  # nested objects and arrays; deeper is a file, not args
+_EXAMPLE = 'args must be a JSON object like {"shots": ["a", "b"]}'
+
+
+@dataclass(frozen=True)
+class ArgsFile:
+    """An args file given on the command line, read by ``resolve_inputs`` once the
+    revision's envelope (and so its size limit) is known."""
+
+    path: Path
+
+    def load(self, limit: int) -> dict[str, Any]:
+        """The args in the file: size checked before parsing, then JSON, object, depth."""
+        data = self._read(limit)
+        try:
+            value = json.loads(data.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise self._error(f"is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
+        except RecursionError:
+            raise self._error(f"nests too deeply to parse; {_EXAMPLE}, nested at most "
+                              f"{MAX_ARGS_DEPTH} levels") from None
+        except ValueError as exc:
+            raise self._error(f"is not JSON ({exc}); {_EXAMPLE}") from None
+        if not isinstance(value, dict):
+            raise self._error(f"holds a JSON {_json_kind(value)}; {_EXAMPLE} (the script "
+                              "receives it as orchestrate(ctx, args))")
+        if _depth_over(value, MAX_ARGS_DEPTH):
+            raise self._error(f"nests deeper than {MAX_ARGS_DEPTH} levels; {_EXAMPLE} with "
+                              "less nesting")
+        return value
+
+    def _read(self, limit: int) -> bytes:
+        try:
+            info = self.path.stat()
+            if stat.S_ISREG(info.st_mode) and info.st_size > limit:
+                raise self._too_big(info.st_size, limit)
+            with self.path.open("rb") as handle:  # a pipe has no size: read one byte more
+                data = handle.read(limit + 1)
+        except OSError as exc:
+            raise InputError(f"cannot read args file {self.path}: {exc.strerror}; pass an "
+                             "existing JSON file to --args", file=str(self.path)) from None
+        if len(data) > limit:
+            raise self._too_big(None, limit)
+        return data
+
+    def _too_big(self, size: int | None, limit: int) -> InputError:
+        size_text = f"is {size} bytes" if size is not None else f"is more than {limit} bytes"
+        example = json.dumps({"sandbox": {"args_bytes": max(2 * limit, size or 0)}})
+        return InputError(
+            f"args file {self.path} {size_text}, over the envelope's limit of {limit} bytes "
+            "(sandbox.args_bytes; the file's size counts, whitespace included); raise "
+            f"sandbox.args_bytes in the envelope given to --envelope, e.g. {example}, or "
+            "make the args smaller", file=str(self.path), limit=limit,
+            field="sandbox.args_bytes")
+
+    def _error(self, problem: str) -> InputError:
+        return InputError(f"args file {self.path} {problem}", file=str(self.path))
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    return "null" if value is None else "number"
+
+
+def _depth_over(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays deeper than ``limit`` (no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item \
+            if isinstance(item, list) else ()
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def args_bytes(args: Any) -> bytes:
@@ -122,7 +211,8 @@ def latest_with_inputs(store: RunStore, run_id: str) -> tuple[bool, RevisionReco
 def resolve_inputs(store: RunStore, run_id: str, *, args: Any = MISSING,
                    envelope: Envelope | None = None) -> RunInputs:
     """The args and envelope for the next revision of ``run_id``: the given ones, else the
-    latest stored ones, else the defaults (``{}`` and ``Envelope()``)."""
+    latest stored ones, else the defaults (``{}`` and ``Envelope()``). Args given as an
+    ``ArgsFile`` are read within the chosen envelope's ``sandbox.args_bytes``."""
     exists, latest = latest_with_inputs(store, run_id)
     wanted = [d for d in (latest.args_digest, latest.envelope_digest) if d] if latest else []
     blobs = store.get_blobs(run_id, wanted) if wanted else {}
@@ -139,15 +229,7 @@ def resolve_inputs(store: RunStore, run_id: str, *, args: Any = MISSING,
 
     stored_args = stored(latest.args_digest if latest else None, "args")
     stored_env = stored(latest.envelope_digest if latest else None, "envelope")
-    if not isinstance(args, _Missing):
-        value, source = args, "given"
-    elif stored_args is not None:
-        value, source = json.loads(stored_args), "stored"
-    else:
-        value, source = {}, "default"
-    args_choice = InputChoice("args", source, sha256_hex(args_bytes(value)),
-                              stored_digest=latest.args_digest if latest else None,
-                              stored_revision=revision, run_exists=exists)
+    # The envelope first: it bounds the size of an args file, checked before parsing.
     if envelope is not None:
         env, source = envelope, "given"
     elif stored_env is not None:
@@ -158,6 +240,17 @@ def resolve_inputs(store: RunStore, run_id: str, *, args: Any = MISSING,
         "envelope", source, sha256_hex(envelope_bytes(env)),
         stored_digest=latest.envelope_digest if latest else None, stored_revision=revision,
         run_exists=exists)
+    if isinstance(args, ArgsFile):
+        value, source = args.load(env.sandbox.args_bytes), "given"
+    elif not isinstance(args, _Missing):
+        value, source = args, "given"
+    elif stored_args is not None:
+        value, source = json.loads(stored_args), "stored"
+    else:
+        value, source = {}, "default"
+    args_choice = InputChoice("args", source, sha256_hex(args_bytes(value)),
+                              stored_digest=latest.args_digest if latest else None,
+                              stored_revision=revision, run_exists=exists)
     return RunInputs(run_id, value, env, args_choice, envelope_choice)
 
 

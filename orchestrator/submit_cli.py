@@ -25,7 +25,6 @@ from orchestrator.cli_common import (
     emit,
     err,
     guard,
-    read_json,
     read_script,
 )
 
@@ -52,7 +51,7 @@ def register(app: typer.Typer) -> None:
         """
         from broker.envelope import load_envelope
         from broker.settings import Settings
-        from orchestrator.inputs import MISSING, resolve_inputs
+        from orchestrator.inputs import MISSING, ArgsFile, resolve_inputs
         from workers.client import Client
 
         # Celery's result backend logs its reconnect attempts with tracebacks; an outage
@@ -60,7 +59,7 @@ def register(app: typer.Typer) -> None:
         logging.getLogger("celery.backends").setLevel(logging.CRITICAL + 1)
 
         source = read_script(script)
-        given_args = read_json(args) if args is not None else MISSING
+        given_args = ArgsFile(args) if args is not None else MISSING
         given_env = load_envelope(envelope) if envelope else None
         client = Client(Settings())
         deadline = time.monotonic() + timeout

@@ -1,0 +1,117 @@
+"""``revise config [--check] [--json]``: the effective settings of this environment.
+
+Every field of the run settings (``broker.settings.Settings``), the queue's
+(``workers.config.WorkerSettings``) and the process sandbox's
+(``sandbox.process_profile.ProcessSettings``), with its value and where it came from
+(``env`` or ``default``). Secrets are masked: SecretStr fields and the password inside
+a URL. ``--check`` prints one ``error:`` line per problem (a value a setting refuses,
+such as a database URL that cannot be parsed; a ``REVISE_*`` variable nothing reads,
+with the nearest real name) and exits 2 when there is one. It never connects to the
+database, Redis or a sandbox: it is what to run first when one of them is not found.
+
+Registered on the main app by ``register(app)``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from orchestrator import render
+from orchestrator.cli_common import EXIT_OK, EXIT_USAGE, JsonFlag, emit, emit_json, err, guard
+
+if TYPE_CHECKING:
+    from pydantic_settings import BaseSettings
+    from rich.console import Console
+
+CheckFlag = Annotated[bool, typer.Option(
+    "--check", help="print one line per problem and exit 2 when there is one")]
+
+
+def _classes() -> list[type[BaseSettings]]:
+    from broker.settings import Settings
+    from sandbox.process_profile import ProcessSettings
+    from workers.config import WorkerSettings
+
+    return [Settings, WorkerSettings, ProcessSettings]
+
+
+def _shown(value: Any) -> Any:
+    """A JSON value for a field, secrets masked."""
+    from pydantic import SecretStr
+
+    from broker.settings import mask_url
+
+    if isinstance(value, SecretStr):
+        return "***" if value.get_secret_value() else ""
+    if isinstance(value, str) and "://" in value:
+        return mask_url(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return str(value)
+
+
+def effective_settings() -> tuple[list[dict[str, Any]], list[str]]:
+    """(one row per field of every settings class, the problems found), reading only the
+    environment."""
+    from pydantic import ValidationError
+
+    from broker.errors import ConfigError
+    from broker.settings import env_names, settings_error, unknown_variables
+
+    environ = {name.upper() for name in os.environ}
+    rows: list[dict[str, Any]] = []
+    problems: list[str] = []
+    for cls in _classes():
+        prefix = cls.model_config.get("env_prefix", "")
+        try:
+            instance: Any = cls()
+        except ValidationError as exc:  # the other layers' settings raise pydantic's error
+            problems += settings_error(exc, prefix).problems
+            instance = None
+        except ConfigError as exc:
+            problems += getattr(exc, "problems", None) or [exc.message]
+            instance = None
+        for field, variable in zip(cls.model_fields, env_names(cls), strict=True):
+            value = getattr(instance, field) if instance is not None else "(invalid)"
+            rows.append({"variable": variable, "value": _shown(value),
+                         "source": "env" if variable in environ else "default"})
+    problems += [unknown.line() for unknown in unknown_variables(os.environ)]
+    return rows, problems
+
+
+def _table(c: Console, rows: list[dict[str, Any]], problems: list[str]) -> None:
+    table = render.Table("variable", "value", "from")
+    for row in rows:
+        value = "" if row["value"] is None else str(row["value"])
+        table.add_row(row["variable"], render.escape(value),
+                      "[bold]env[/]" if row["source"] == "env" else "default")
+    c.print(table)
+    for problem in problems:
+        err.print(f"[yellow]warning[/]: {render.escape(problem)}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("config")
+    @guard
+    def config_cmd(check: CheckFlag = False, as_json: JsonFlag = False) -> None:
+        """Print the effective settings (secrets masked) and where each came from; with
+        --check, one line per problem and exit 2 when there is one. Connects to nothing."""
+        # The settings log unknown variables once per process; here they are the output.
+        logging.getLogger("revise.settings").disabled = True
+        rows, problems = effective_settings()
+        if check:
+            if as_json:
+                emit_json({"ok": not problems, "problems": problems})
+            else:
+                for problem in problems:
+                    err.print(f"[bold red]error[/]: {render.escape(problem)}")
+                if not problems:
+                    out_line = f"ok: {len(rows)} settings, no problems"
+                    emit(False, None, lambda c: c.print(out_line))
+            raise typer.Exit(EXIT_USAGE if problems else EXIT_OK)
+        emit(as_json, {"settings": rows, "problems": problems},
+             lambda c: _table(c, rows, problems))
