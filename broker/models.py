@@ -137,7 +137,7 @@ class Job(Base):
     status: Mapped[str] = mapped_column(String(20))
     message: Mapped[dict[str, Any]] = mapped_column(JSON)
     requeues: Mapped[int] = mapped_column(Integer)
-    resumes: Mapped[int] = mapped_column(Integer, default=0)
+    resumes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
 

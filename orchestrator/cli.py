@@ -58,6 +58,19 @@ def _services(*, read_only: bool = False):
     return open_services(_settings(), read_only=read_only)
 
 
+def _read_only_services():
+    """The services for a command that lists; None when the store has no schema at all
+    (nothing has run with it: the list is empty). An older schema is the error."""
+    from broker.errors import SchemaNotReady
+
+    try:
+        return _services(read_only=True)
+    except SchemaNotReady as exc:
+        if exc.fields.get("schema") is not None:
+            raise
+        return None
+
+
 @app.command("check")
 @guard
 def check_cmd(script: Path, as_json: JsonFlag = False) -> None:
@@ -150,13 +163,8 @@ def run_cmd(
 @guard
 def runs_cmd(limit: int = 50, as_json: JsonFlag = False) -> None:
     """List runs, newest first."""
-    from broker.errors import SchemaNotReady
-
-    try:
-        services = _services(read_only=True)
-    except SchemaNotReady as exc:
-        if exc.fields.get("schema") is not None:
-            raise  # an older schema: the message says to upgrade
+    services = _read_only_services()
+    if services is None:
         runs = []  # nothing has run with this store yet
     else:
         try:
@@ -262,11 +270,13 @@ def attempts_cmd(
 
     statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.PENDING,
                           AttemptStatus.UNCERTAIN}) if unresolved else None
-    services = _services(read_only=True)
-    try:
-        attempts = services.store.list_attempts(run_id, statuses)
-    finally:
-        services.close()
+    services = _read_only_services()
+    attempts = []
+    if services is not None:
+        try:
+            attempts = services.store.list_attempts(run_id, statuses)
+        finally:
+            services.close()
     data = {"attempts": [render.attempt_json(a) for a in attempts]}
     emit(as_json, data, lambda c: render.attempts(c, attempts))
 

@@ -11,7 +11,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class WorkerSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REVISE_CELERY_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix="REVISE_CELERY_", extra="ignore", frozen=True,
+                                      env_parse_none_str="none")
 
     queue_prefix: str = Field(
         default="", description="prepended to every queue name (one Redis, several stacks)")
@@ -36,10 +37,10 @@ class WorkerSettings(BaseSettings):
         "workers as one capability task (claimed in one transaction); a wider wave is split "
         "into tasks of this many calls, so it spreads over broker workers")
     park_after_seconds: float | None = Field(
-        default=2.0, ge=0, description="a sandbox job whose calls have all been in flight at "
+        default=0.5, ge=0, description="a sandbox job whose calls have all been in flight at "
         "broker workers for this long parks: its sandbox and its process are given back, "
         "and it resumes (the admitted script again, its committed calls replayed) when they "
-        "are settled; empty: never park (the job holds its slot while it waits)")
+        "are settled; `none`: never park (the job holds its slot while it waits)")
     reconcile_interval: float = Field(
         default=10.0, gt=0, description="seconds between the reconciler's sweeps for "
         "attempts and revisions whose worker died and jobs whose message was lost")

@@ -55,16 +55,17 @@ def test_a_dead_redis_ledger_is_named() -> None:
 
 
 def test_revise_submit_against_a_dead_redis_names_it(tmp_path: Path) -> None:
+    """It waits the outage out within --timeout, saying what for, then exits 3."""
     done = subprocess.run(
         [sys.executable, "-m", "orchestrator.cli", "submit",
-         str(ROOT / "tests" / "fixtures" / "scripts" / "e3_v2.py"), "--run-id", "x", "--json"],
+         str(ROOT / "tests" / "fixtures" / "scripts" / "e3_v2.py"), "--run-id", "x", "--json",
+         "--timeout", "3"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
-        env={**os.environ, "REVISE_HOME": str(tmp_path / "home"),
+        env={**os.environ, "REVISE_HOME": str(tmp_path / "home"), "COLUMNS": "300",
              "REVISE_REDIS_URL": f"redis://:hunter2@{DEAD}/0"})
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    error = json.loads(done.stdout)["error"]
-    assert error["type"] == "QueueUnavailable"
-    assert f"Redis at {DEAD} (db 0) is unavailable" in error["message"]
+    assert done.returncode == 3 and done.stdout == ""
+    assert f"Redis at {DEAD} (db 0) is unavailable" in " ".join(done.stderr.split())
     assert "hunter2" not in done.stdout + done.stderr
 
 

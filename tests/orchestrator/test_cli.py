@@ -152,7 +152,8 @@ def test_attempts_and_reconcile_commands(revise) -> None:
     _, listed, _ = revise("attempts", "--unresolved", "--json")
     assert listed["attempts"] == []
     _, out, _ = revise("reconcile", "R", "orchestrate/#0@:0", "--json", code=2)
-    assert "exactly one of --abandon, --result FILE or --from-log FILE" in out["error"]["message"]
+    assert "exactly one of --abandon, --result FILE, --from-log FILE or --from-provider" in \
+        out["error"]["message"]
     _, out, _ = revise("reconcile", "R", "orchestrate/#0@:0", "--abandon", "--operator", "ana",
                        "--reason", "test", "--json", code=2)
     assert "no attempt" in out["error"]["message"]

@@ -28,9 +28,10 @@ class RecordingClient:
     def __init__(self, settings: Settings) -> None:
         self.store = SqlStore.open(settings.resolved_database_url)
 
-    def submit(self, script: bytes, args: Any, envelope: Envelope, run_id: str) -> Any:
+    def submit(self, script: bytes, args: Any, envelope: Envelope, run_id: str, *,
+               send: bool = True) -> Any:
         self.submitted.append((args, envelope, run_id))
-        return SimpleNamespace(job_id="job-1")
+        return SimpleNamespace(job_id="job-1", send=lambda: None)
 
     def close(self) -> None:
         self.store.close()

@@ -130,6 +130,7 @@ def test_sandbox_worker_killed_mid_job_replays_and_never_pays_twice(make_stack) 
 
 def test_job_longer_than_the_visibility_timeout_runs_once(make_stack) -> None:
     stack = make_stack(local_latency=20, visibility_timeout=5, unacked_restore_seconds=1)
+    stack.env["REVISE_CELERY_PARK_AFTER_SECONDS"] = "none"  # the job itself runs long
     stack.worker("dispatch")
     stack.worker("sandbox", pool="prefork", concurrency=2)
     stack.worker("capabilities", concurrency=4)

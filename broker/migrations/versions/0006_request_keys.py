@@ -36,7 +36,8 @@ def upgrade() -> None:
         batch.add_column(sa.Column("sent_at", sa.DateTime(timezone=True), nullable=True))
         batch.add_column(sa.Column("answered_at", sa.DateTime(timezone=True), nullable=True))
     with op.batch_alter_table("jobs") as batch:
-        batch.add_column(sa.Column("resumes", sa.Integer(), nullable=True))
+        batch.add_column(sa.Column("resumes", sa.Integer(), nullable=False,
+                                   server_default="0"))
 
 
 def downgrade() -> None:
