@@ -25,11 +25,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.peers import _database  # noqa: E402
-from bench.peers.revise import redis_url  # noqa: E402
+from peers.revise import redis_url  # noqa: E402
+from peers.scratch import scratch_database  # noqa: E402
+
 from broker.envelope import Envelope  # noqa: E402
 from broker.providers import ProviderLog  # noqa: E402
 from tests.workers.conftest import Stack  # noqa: E402
+
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 SCRIPT = '''
 async def orchestrate(ctx, args):
@@ -97,7 +100,7 @@ def main() -> None:
         for jobs in opts.jobs:
             for park_after in (None, opts.park_after):
                 with contextlib.ExitStack() as stack:
-                    database_url = stack.enter_context(_database())
+                    database_url = stack.enter_context(scratch_database(PG_ADMIN))
                     home = Path(tmp) / uuid.uuid4().hex[:8]
                     home.mkdir()
                     got = measure(home, database_url, jobs=jobs, calls=opts.calls,

@@ -36,9 +36,8 @@ import logging
 import statistics
 import sys
 import tempfile
-import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from peers.floor import CeleryFloor  # noqa: E402
 from peers.revise import ReviseCelery, ReviseEmbedded, redis_url  # noqa: E402
+from peers.scratch import scratch_database  # noqa: E402
 from peers.tools import checker_ratio, help_ms  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -85,22 +85,6 @@ SCALED = {CELERY: (CELERY_1, CELERY_2), FLOOR: (FLOOR_1, FLOOR_2), WRITES: (WRIT
 # ---- the systems ----------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _database() -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-
-    name = f"revise_peers_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield PG_ADMIN.rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
 def _open_peers(stack: contextlib.ExitStack, home: Path, wanted: set[str],
                 opts: argparse.Namespace) -> dict[str, Any]:
     systems: dict[str, Any] = {}
@@ -124,7 +108,7 @@ def _open_peers(stack: contextlib.ExitStack, home: Path, wanted: set[str],
     if "revise" in wanted:
         systems[EMBEDDED] = stack.enter_context(contextlib.closing(ReviseEmbedded(home)))
         if not opts.no_celery:
-            url = opts.database_url or stack.enter_context(_database())
+            url = opts.database_url or stack.enter_context(scratch_database(PG_ADMIN))
             (home / "celery").mkdir()
             systems[CELERY] = stack.enter_context(contextlib.closing(
                 ReviseCelery(home / "celery", url, opts.redis_url)))
