@@ -466,6 +466,9 @@ class Session:
                                        "the frame asks for another capability", site=site.site)
         if not (_is_int(take) and 1 <= take <= MAX_TAKE):
             raise SandboxProtocolError("a call with a malformed take", site=site.site)
+        if take != site.take:  # a further take is the admitted script's word, never a frame's
+            raise SandboxProtocolError(f"a call at {site.site} declares take {take}; the "
+                                       f"admitted script declares {site.take}", site=site.site)
         try:
             _, payload = authorize(self.envelope, site.capability, frame.get("payload"),
                                    identity=str(identity))
@@ -495,7 +498,7 @@ class Session:
         except CapabilityDenied:
             return None
         take = raw.get("take", 1)
-        if not (_is_int(take) and 1 <= take <= MAX_TAKE):
+        if not (_is_int(take) and take == site.take):
             return None
         return {"site": self.admission.storage_site(site.site),
                 "fingerprint": site.fingerprint, "digest": call_digest(payload, take)}

@@ -66,6 +66,7 @@ class Site:
     end_line: int
     end_col: int
     entry_line: int  # of the first call on the chain (the helper call in the caller)
+    take: int = 1  # the literal ``take=N`` of the call (the checker allows only a literal)
 
 
 def is_site_call(node: ast.AST) -> TypeGuard[ast.Call]:
@@ -439,10 +440,18 @@ def _add_site(out: dict[str, Site], call: LocalCall, chain: tuple[str, ...],
         site=name, capability=capability_of(node), fingerprint=own,
         chain_fingerprint=sha256_hex("|".join((*chain_fps, own))),
         line=node.lineno, col=node.col_offset, end_line=node.end_lineno or node.lineno,
-        end_col=node.end_col_offset or 0, entry_line=entry_line)
+        end_col=node.end_col_offset or 0, entry_line=entry_line, take=_literal_take(node))
     if len(out) > MAX_SITES:
         raise AnnotationError(f"the script reaches more than {MAX_SITES} call sites through "
                               "its helpers; call fewer helpers from fewer places")
+
+
+def _literal_take(node: ast.Call) -> int:
+    for keyword in node.keywords:
+        if keyword.arg == "take" and isinstance(keyword.value, ast.Constant) \
+                and type(keyword.value.value) is int:
+            return keyword.value.value
+    return 1
 
 
 def assign_sites(tree: ast.Module) -> list[Site]:

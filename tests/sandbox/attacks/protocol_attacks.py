@@ -47,6 +47,9 @@ PROTOCOL: list[Attack] = [
            "a call at a site the host never annotated"),
     _proto("capability-swap", 'batch(frame(1, capability="image.generate"))',
            "a whitelisted site asking for another capability"),
+    _proto("take-forged", "batch(frame(1, take=2))",
+           "a further take the admitted script never declares (a second payment of one "
+           "payload past the ledger)"),
     _proto("occurrence-skip", "batch(frame(1, occurrence=5))",
            "skip ahead in occurrences"),
     _proto("occurrence-replay", "batch(frame(1), frame(2))",
