@@ -466,7 +466,7 @@ class Session:
                                        "the frame asks for another capability", site=site.site)
         if not (_is_int(take) and 1 <= take <= MAX_TAKE):
             raise SandboxProtocolError("a call with a malformed take", site=site.site)
-        if take != site.take:  # a further take is the admitted script's word, never a frame's
+        if site.take is not None and take != site.take:  # the admitted script's word
             raise SandboxProtocolError(f"a call at {site.site} declares take {take}; the "
                                        f"admitted script declares {site.take}", site=site.site)
         try:
@@ -498,7 +498,8 @@ class Session:
         except CapabilityDenied:
             return None
         take = raw.get("take", 1)
-        if not (_is_int(take) and take == site.take):
+        if not (_is_int(take) and 1 <= take <= MAX_TAKE
+                and (site.take is None or take == site.take)):
             return None
         return {"site": self.admission.storage_site(site.site),
                 "fingerprint": site.fingerprint, "digest": call_digest(payload, take)}

@@ -66,7 +66,9 @@ class Site:
     end_line: int
     end_col: int
     entry_line: int  # of the first call on the chain (the helper call in the caller)
-    take: int = 1  # the literal ``take=N`` of the call (the checker allows only a literal)
+    # The call's ``take=N`` when it is a literal (1 without one); None when it is computed
+    # (``take=i + 1`` in a bounded loop): then the frame's take is only range-checked.
+    take: int | None = 1
 
 
 def is_site_call(node: ast.AST) -> TypeGuard[ast.Call]:
@@ -446,11 +448,13 @@ def _add_site(out: dict[str, Site], call: LocalCall, chain: tuple[str, ...],
                               "its helpers; call fewer helpers from fewer places")
 
 
-def _literal_take(node: ast.Call) -> int:
+def _literal_take(node: ast.Call) -> int | None:
     for keyword in node.keywords:
-        if keyword.arg == "take" and isinstance(keyword.value, ast.Constant) \
-                and type(keyword.value.value) is int:
-            return keyword.value.value
+        if keyword.arg == "take":
+            value = keyword.value
+            if isinstance(value, ast.Constant) and type(value.value) is int:
+                return value.value
+            return None
     return 1
 
 
