@@ -23,7 +23,6 @@ from orchestrator.cli_common import (
     emit_json,
     err,
     guard,
-    read_json,
 )
 from orchestrator.cli_common import (
     out as stdout,
@@ -136,14 +135,14 @@ def repair_cmd(
     """
     from broker.envelope import load_envelope
     from broker.settings import Settings
-    from orchestrator.inputs import MISSING, resolve_inputs
+    from orchestrator.inputs import MISSING, ArgsFile, resolve_inputs
     from orchestrator.models import Waiting, backend_from_spec
     from orchestrator.repair import repair_dynamic_source
     from orchestrator.repair_via import RepairTarget
 
     settings = Settings()
     backend = Waiting(backend_from_spec(model, settings), err, rounds=max_attempts)
-    given_args = read_json(args) if args is not None else MISSING
+    given_args = ArgsFile(args) if args is not None else MISSING
     given_env = load_envelope(envelope) if envelope else None
     target = RepairTarget(settings, timeout=timeout)
     try:
