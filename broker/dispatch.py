@@ -17,6 +17,7 @@ transaction, never a second provider call.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -88,6 +89,18 @@ def budget_check(budget: Budget) -> Any:
 
 
 READ_ONLY_RETRIES = 3  # a read-only call whose worker died is retried at most this often
+
+_turns: dict[tuple[str, int], threading.BoundedSemaphore] = {}
+_turns_lock = threading.Lock()
+
+
+def provider_turn(kind: str, limit: int | None) -> Any:
+    """A turn at provider ``kind``: at most ``limit`` requests of this process at once
+    (every broker of the process shares the count); no limit: no wait."""
+    if limit is None:
+        return contextlib.nullcontext()
+    with _turns_lock:
+        return _turns.setdefault((kind, limit), threading.BoundedSemaphore(limit))
 
 
 def _price(name: str) -> float:
@@ -361,14 +374,15 @@ class Broker:
         call = CallContext(request.run_id, str(request.identity), attempt.idempotency_key or "",
                            timeout_seconds=self.envelope.call_timeout_seconds)
         with self.heartbeats.hold(attempt.id):
-            if not self.store.sent_attempt(attempt.id):
-                raise AttemptInFlight(
-                    f"the attempt at {request.identity} was taken back before its request "
-                    "left (its owner was judged gone); nothing was sent. Submit the run "
-                    "again: the call runs once", identity=str(request.identity),
-                    attempt_id=attempt.id)
             try:
-                answer = self._call_provider(request, capability, call, attempt)
+                with provider_turn(capability.provider, self.settings.provider_concurrency):
+                    if not self.store.sent_attempt(attempt.id):
+                        raise AttemptInFlight(
+                            f"the attempt at {request.identity} was taken back before its "
+                            "request left (its owner was judged gone); nothing was sent. "
+                            "Submit the run again: the call runs once",
+                            identity=str(request.identity), attempt_id=attempt.id)
+                    answer = self._call_provider(request, capability, call, attempt)
             except CapabilityError as exc:
                 maybe = charge_of(exc, self.terms(capability)).charge is Charge.MAYBE
                 error = {**exc.to_json(), "identity": str(request.identity),

@@ -156,6 +156,10 @@ class Settings(BaseSettings):
     provider_base_url: str | None = None
     provider_api_key: SecretStr | None = None
     provider_timeout_seconds: float = 60.0
+    provider_concurrency: int | None = Field(
+        default=None, ge=1, description="most requests one process sends to one provider "
+        "kind (images, text) at once; the others wait their turn before their request leaves "
+        "(so a provider's concurrency limit is honoured, never hammered); empty: no limit")
     provider_lookup_path: str | None = Field(
         default=None, description="where the HTTP provider answers what it did for an "
         "idempotency key, under the base URL, e.g. /requests/{key}: then an unresolved or "

@@ -195,3 +195,25 @@ def test_the_sweep_asks_the_provider_and_commits_what_it_kept(make_harness) -> N
         again = _run(harness, REPAIRED, run_id="run-2")  # never charged: asked again
         assert again["status"] == "succeeded", again["error"]
         assert server.charged() == 2
+
+
+FANOUT = _s('''
+    async def orchestrate(ctx, args):
+        async def gen(prompt):
+            return await ctx.run("image.generate", {"prompt": prompt})
+
+        images = await ctx.parallel([gen(p) for p in ["a", "b", "c", "d", "e", "f"]])
+        return len(images)
+''')
+
+
+def test_a_provider_concurrency_limit_is_honoured(make_harness) -> None:
+    from tests.fakes.openai_server import slow
+
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, *[slow(0.4) for _ in range(6)])
+        harness = make_harness(provider="http", provider_base_url=server.base_url,
+                               provider_api_key=FAKE_API_KEY, provider_concurrency=2)
+        report = harness.pipeline.run("run-1", FANOUT, {}, Envelope(concurrency=6)).to_json()
+        assert report["status"] == "succeeded", report["error"]
+        assert server.charged() == 6 and server.peak_concurrency == 2
