@@ -142,18 +142,21 @@ class WorkerContext:
             self._drainer.start()
 
     def _drain(self) -> None:
+        """Until the spools are empty; the store (and with it the broker and a database
+        artifact store) may not even open yet: every failure is one line and a retry."""
         delay = 1.0
-        broker = self.broker(Envelope())
-        kept = self.artifacts if isinstance(self.artifacts, SpoolingArtifactStore) else None
-        while broker.spool.pending() or (kept is not None and kept.pending()):
+        while True:
             try:
+                kept = self.artifacts if isinstance(self.artifacts, SpoolingArtifactStore) \
+                    else None
+                if not self.spool.pending() and not (kept is not None and kept.pending()):
+                    return
                 if kept is not None:
                     kept.drain()  # the bytes first: a committed result points at them
-                broker.drain_spool()
-            except Exception as exc:  # the store may not even open yet: try again later
-                log.warning("draining the commit spool failed: %s", exc)
-            if not broker.spool.pending() and not (kept is not None and kept.pending()):
-                return
+                self.broker(Envelope()).drain_spool()
+            except Exception as exc:
+                log.warning("draining the commit spool failed (%s); trying again in %.0f s",
+                            getattr(exc, "message", exc), delay)
             time.sleep(delay)
             delay = min(delay * 2, 30.0)
 

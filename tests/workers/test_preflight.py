@@ -1,0 +1,34 @@
+"""Every role checks what it depends on when it starts (issue 29, item 1): a problem is
+one line naming it and the fix, never a traceback, and the worker starts degraded."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import wait_for
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres]
+
+
+def test_a_worker_whose_store_does_not_answer_says_so_in_one_line(make_stack) -> None:
+    stack = make_stack()
+    stack.env["REVISE_DATABASE_URL"] = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
+    stack.env["REVISE_PROVIDER"] = "http"
+    stack.worker("capabilities", concurrency=1)
+    stack.wait_ready(120)
+    log = stack.tmp_path / "capabilities0.log"
+    lines = wait_for(lambda: [line for line in log.read_text().splitlines()
+                              if "preflight:" in line], 60, "the preflight lines")
+    assert any("run store" in line and "127.0.0.1:1" in line for line in lines), lines
+    assert any("REVISE_PROVIDER_BASE_URL" in line for line in lines), lines
+    assert len(lines) == 2 and "Traceback" not in log.read_text()
+
+
+def test_a_healthy_worker_says_it_is_ready(make_stack) -> None:
+    stack = make_stack()
+    stack.worker("dispatch", concurrency=1)
+    stack.wait_ready(120)
+    log = stack.tmp_path / "dispatch0.log"
+    line = wait_for(lambda: [x for x in log.read_text().splitlines() if "preflight:" in x],
+                    60, "the preflight line")
+    assert "the run store and Redis answer" in line[0]
