@@ -58,6 +58,7 @@ log = logging.getLogger("revise.session")
 FRAME_BYTES = 1 << 20  # one call frame (its payload) at most
 MESSAGE_BYTES = 8 << 20  # one message from the sandbox at most
 MAX_WAVE = 4096  # frames in one wave
+WAVE_BYTES = 16 << 20  # the messages of one wave together, at most
 MAX_PATH = 64
 _CONNECT_POLL = 0.1
 # What a failed script may tell the host about its error, each field with the types the
@@ -223,6 +224,7 @@ class Session:
     def _serve(self, channel: Channel, pool: ThreadPoolExecutor, deadline: float
                ) -> dict[str, Any] | None:
         wave: list[Any] = []
+        wave_bytes = 0  # of the messages the unfinished wave came in
         while not self._latched.is_set():
             try:
                 message = channel.receive(0.25)
@@ -244,11 +246,14 @@ class Session:
             if kind != "batch" or not isinstance(message.get("frames"), list):
                 raise SandboxProtocolError(f"an unknown message {str(kind)[:40]!r}")
             wave.extend(message["frames"])
+            wave_bytes += channel.last_size
             if len(wave) > MAX_WAVE:
                 raise SandboxProtocolError(f"a wave of more than {MAX_WAVE} calls")
+            if wave_bytes > WAVE_BYTES:
+                raise SandboxProtocolError(f"a wave of more than {WAVE_BYTES} bytes")
             if message.get("more") is True:
                 continue
-            frames, wave = wave, []
+            frames, wave, wave_bytes = wave, [], 0
             self._wave(frames, pool)
         return None
 

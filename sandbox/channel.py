@@ -86,6 +86,7 @@ class Channel:
         self._buffer = bytearray()
         self._send_lock = threading.Lock()
         self._closed = False
+        self.last_size = 0  # bytes of the last message received (the host bounds waves)
 
     @property
     def connected(self) -> bool:
@@ -174,6 +175,7 @@ class Channel:
             return None
         data = bytes(self._buffer[_HEADER.size:_HEADER.size + size])
         del self._buffer[:_HEADER.size + size]
+        self.last_size = size
         return decode_message(data)
 
     def close(self) -> None:

@@ -88,6 +88,12 @@ batch(frame(1, payload={"prompt": nested}))''', "a payload nested 100 deep"),
            '"pad": "x" * 9000000})', "a 9 MB message"),
     _proto("huge-wave", "batch(*[frame(i + 1, occurrence=i) for i in range(5000)])",
            "a wave of 5000 calls"),
+    _proto("wave-bytes", '''
+pad = "x" * 1000000
+for i in range(24):
+    send({"t": "batch", "nonce": nonce, "more": True,
+          "frames": [frame(i + 1, occurrence=i, payload={"prompt": pad})]})''',
+           "an unfinished wave of 24 MB in 1 MB messages (host memory)"),
     _proto("more-forever", '''
 for i in range(5000):
     send({"t": "batch", "nonce": nonce, "frames": [frame(i + 1, occurrence=i)], "more": True})''',
