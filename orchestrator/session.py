@@ -246,7 +246,8 @@ class Session:
             if kind != "batch" or not isinstance(message.get("frames"), list):
                 raise SandboxProtocolError(f"an unknown message {str(kind)[:40]!r}")
             wave.extend(message["frames"])
-            wave_bytes += channel.last_size
+            if message["frames"]:  # what the host keeps until the wave is complete
+                wave_bytes += channel.last_size
             if len(wave) > MAX_WAVE:
                 raise SandboxProtocolError(f"a wave of more than {MAX_WAVE} calls")
             if wave_bytes > WAVE_BYTES:
