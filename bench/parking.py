@@ -30,6 +30,7 @@ from peers.scratch import scratch_database  # noqa: E402
 
 from broker.envelope import Envelope  # noqa: E402
 from broker.providers import ProviderLog  # noqa: E402
+from broker.providers.log import peak_in_flight  # noqa: E402
 from tests.workers.conftest import Stack  # noqa: E402
 
 PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -42,16 +43,6 @@ async def orchestrate(ctx, args):
         out.append(image["artifact"]["id"])
     return out
 '''
-
-
-def peak_in_flight(lines: list[dict]) -> int:
-    points = sorted((line["ts"], 1 if line.get("phase") == "sent" else -1) for line in lines
-                    if line.get("phase") in ("sent", "answered"))
-    level = peak = 0
-    for _, step in points:
-        level += step
-        peak = max(peak, level)
-    return peak
 
 
 def measure(home: Path, database_url: str, *, jobs: int, calls: int, latency: float,

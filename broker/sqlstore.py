@@ -228,11 +228,11 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
     so concurrent broker workers of one run decide one after the other and can never
     spend past the budget, or pay one request twice, together.
     """
-    status = conn.execute(sql.revision_head(conn.dialect.name),
-                          {"run_id": run_id, "revision": revision}).scalar()
-    if status != "running":
-        return [Begin(stale=status or "missing")] * len(claims)
-    token = _run_token(conn, run_id)
+    head = conn.execute(sql.revision_head(conn.dialect.name),
+                        {"run_id": run_id, "revision": revision}).first()
+    if head is None or head.status != "running":
+        return [Begin(stale=head.status if head is not None else "missing")] * len(claims)
+    token = head.token or _new_run_token(conn, run_id)
     calls, cost = _spent_txn(conn, run_id, price_of) if budget is not None else (0, 0.0)
     decisions: list[Begin] = []
     for claim in claims:
@@ -305,13 +305,11 @@ def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim,
     return None
 
 
-def _run_token(conn: Connection, run_id: str) -> str:
-    token = conn.execute(sql.RUN_TOKEN, {"run_id": run_id}).scalar()
-    if token is None:  # a run row written before tokens; give it one now, once
-        conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.token.is_(None))
-                     .values(token=secrets.token_hex(16)))
-        token = conn.execute(sql.RUN_TOKEN, {"run_id": run_id}).scalar()
-    return str(token)
+def _new_run_token(conn: Connection, run_id: str) -> str:
+    """A run row the migration left without a token gets one now, once."""
+    conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.token.is_(None))
+                 .values(token=secrets.token_hex(16)))
+    return str(conn.execute(sql.RUN_TOKEN, {"run_id": run_id}).scalar())
 
 
 def _own_attempt(conn: Connection, revision: int, claim: CallClaim, latest: Any
@@ -634,10 +632,13 @@ class SqlStore:
             .values(owner=owner, heartbeat_at=models.utcnow())))
         return result.rowcount > 0
 
-    def running_revisions(self) -> list[RevisionRecord]:
+    def running_revisions(self, run_id: str | None = None) -> list[RevisionRecord]:
+        """Running revisions, of one run or of all."""
+        query = select(revisions).where(revisions.c.status == "running")
+        if run_id is not None:
+            query = query.where(revisions.c.run_id == run_id)
         rows = self._run("listing running revisions", lambda c: c.execute(
-            select(revisions).where(revisions.c.status == "running")
-            .order_by(revisions.c.created_at)).all(), write=False)
+            query.order_by(revisions.c.created_at)).all(), write=False)
         return [revision_record(r) for r in rows]
 
     def runs_behind(self) -> list[RevisionRecord]:
@@ -738,9 +739,6 @@ class SqlStore:
             return None if row is None else job_record(row)
 
         return self._run("waking a parked job", txn)
-
-    def parked_jobs(self) -> list[JobRecord]:
-        return self.list_jobs(frozenset({JobStatus.PARKED}))
 
     def requeued_job(self, job_id: str, seen_requeues: int) -> bool:
         """Count one more requeue of an accepted job, if nobody else counted it first."""

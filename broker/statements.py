@@ -101,9 +101,11 @@ def upsert(conn: Connection, table: Table) -> Any:
 
 @cache
 def revision_head(dialect: str) -> Any:
-    """The revision's status, locking its run's row on PostgreSQL (SQLite writers hold the
-    database lock already): concurrent deciders of one run go one after the other."""
-    query = select(revisions.c.status).join(runs, runs.c.run_id == revisions.c.run_id).where(
+    """The revision's status and its run's token (the secret half of its request keys),
+    locking the run's row on PostgreSQL (SQLite writers hold the database lock already):
+    concurrent deciders of one run go one after the other."""
+    query = select(revisions.c.status, runs.c.token).join(
+        runs, runs.c.run_id == revisions.c.run_id).where(
         revisions.c.run_id == bindparam("run_id"), revisions.c.revision == bindparam("revision"))
     return query.with_for_update(of=runs) if dialect == "postgresql" else query
 

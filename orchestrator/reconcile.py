@@ -93,9 +93,7 @@ def sweep_revisions(store: RunStore, lease_seconds: float, *, now: datetime | No
     """
     now = now or datetime.now(UTC)
     lost = []
-    for rev in store.running_revisions():
-        if run_id is not None and rev.run_id != run_id:
-            continue
+    for rev in store.running_revisions(run_id):
         if not lease_expired(rev.owner, rev.heartbeat_at or rev.created_at, lease_seconds,
                              now, store_since=store.available_since):
             continue

@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from broker.errors import StoreUnavailable
+from broker.records import JobStatus
 from workers.recovery import sandbox_task_id
 from workers.routing import SANDBOX_TASK
 
@@ -45,4 +46,5 @@ def wake(ctx: Any, app: Any, run_id: str, revision: int) -> bool:
 
 def wake_all(ctx: Any, app: Any) -> int:
     """The sweep's share: every parked job whose calls are all settled."""
-    return sum(wake(ctx, app, job.run_id, job.revision) for job in ctx.store.parked_jobs())
+    parked = ctx.store.list_jobs(frozenset({JobStatus.PARKED}))
+    return sum(wake(ctx, app, job.run_id, job.revision) for job in parked)

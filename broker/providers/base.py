@@ -49,6 +49,19 @@ class Provider(Protocol):
                 call: CallContext) -> ProviderResult: ...
 
 
+def lookup_at(provider: Any, capability: Capability, payload: dict,
+              call: CallContext) -> Lookup:
+    """``provider.lookup(...)`` where it offers one; else a CapabilityError saying so."""
+    ask = getattr(provider, "lookup", None)
+    if ask is None:
+        raise provider_error(capability, call, f"{capability.name}: the "
+                             f"{getattr(provider, 'name', 'configured')} provider offers no "
+                             "lookup by idempotency key", status=None,
+                             provider_code="no_lookup")
+    found: Lookup = ask(capability, payload, call)
+    return found
+
+
 def provider_error(capability: Capability, call: CallContext, message: str, *,
                    status: int | None, provider_code: str,
                    retryable: bool = False, **extra: Any) -> CapabilityError:

@@ -21,6 +21,7 @@ from broker.providers.base import (
     Lookup,
     Provider,
     ProviderResult,
+    lookup_at,
     provider_error,
 )
 from broker.providers.dryrun import DryRunProvider
@@ -58,14 +59,7 @@ class RoutingProvider:
     def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
         """What the capability's provider did for the call's key (where it offers a
         lookup: ``REVISE_PROVIDER_LOOKUP_PATH``)."""
-        provider = self.provider_for(capability)
-        ask = getattr(provider, "lookup", None)
-        if ask is None:
-            raise provider_error(capability, call, f"{capability.name}: the {provider.name} "
-                                 "provider offers no lookup by idempotency key",
-                                 status=None, provider_code="no_lookup")
-        result: Lookup = ask(capability, payload, call)
-        return result
+        return lookup_at(self.provider_for(capability), capability, payload, call)
 
 
 def build_provider(settings: Settings, artifacts: ArtifactStore, *,

@@ -85,9 +85,7 @@ class _OpenAIAdapter(ABC):
 
     def _post(self, capability: Capability, call: CallContext, path: str,
               body: dict[str, Any]) -> dict[str, Any]:
-        headers = {"Idempotency-Key": call.idempotency_key, "Accept": "application/json"}
-        if self._key is not None:
-            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
+        headers = {"Idempotency-Key": call.idempotency_key, **self._headers()}
         url = f"{self.base_url}{path}"
         timeout = self.timeout if call.timeout_seconds is None \
             else min(self.timeout, call.timeout_seconds)
@@ -122,13 +120,16 @@ class _OpenAIAdapter(ABC):
                 status=None, provider_code="connection_lost", retryable=True) from None
         if response.status_code >= 400:
             raise self._http_error(capability, call, response)
-        try:
-            data = response.json()
-        except ValueError:
-            data = None
-        if not isinstance(data, dict):
+        data = _json_body(response)
+        if data is None:
             raise _bad_response(capability, call, "the response body is not a JSON object")
         return data
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self._key is not None:
+            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
+        return headers
 
     def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
         """What the provider did for ``call.idempotency_key``: ``completed`` with the
@@ -138,12 +139,9 @@ class _OpenAIAdapter(ABC):
             raise provider_error(capability, call, f"{capability.name}: this provider offers "
                                  "no lookup by idempotency key (REVISE_PROVIDER_LOOKUP_PATH)",
                                  status=None, provider_code="no_lookup")
-        headers = {"Accept": "application/json"}
-        if self._key is not None:
-            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
         url = self.base_url + self.lookup_path.replace("{key}", call.idempotency_key)
         try:
-            response = self._client.get(url, headers=headers, timeout=self.timeout)
+            response = self._client.get(url, headers=self._headers(), timeout=self.timeout)
         except httpx.HTTPError as exc:
             raise provider_error(capability, call, f"{capability.name}: the lookup at "
                                  f"{self.base_url} failed ({type(exc).__name__}: "
@@ -153,11 +151,8 @@ class _OpenAIAdapter(ABC):
             return Lookup("unknown")
         if response.status_code >= 400:
             raise self._http_error(capability, call, response)
-        try:
-            data = response.json()
-        except ValueError:
-            data = None
-        status = data.get("status") if isinstance(data, dict) else None
+        data = _json_body(response) or {}
+        status = data.get("status")
         if status == "completed" and isinstance(data.get("response"), dict):
             return Lookup("completed", self._answer(capability, payload, call,
                                                     data["response"]))
@@ -198,6 +193,15 @@ class _OpenAIAdapter(ABC):
             return self._redact(str(error.get("message") or error)), (
                 str(param) if param else None)
         return self._redact(response.text or response.reason_phrase), None
+
+
+def _json_body(response: httpx.Response) -> dict[str, Any] | None:
+    """The response's JSON object (None: not JSON, or not an object)."""
+    try:
+        data = response.json()
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _bad_response(capability: Capability, call: CallContext, why: str) -> CapabilityError:

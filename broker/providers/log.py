@@ -36,7 +36,7 @@ from typing import Any
 from broker.catalog import Capability
 from broker.errors import CapabilityError, ReviseError
 from broker.identity import payload_digest
-from broker.providers.base import CallContext, Lookup, Provider, ProviderResult
+from broker.providers.base import CallContext, Lookup, Provider, ProviderResult, lookup_at
 
 log = logging.getLogger("revise.provider_log")
 
@@ -132,6 +132,17 @@ def dispatches(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return list(merged.values())
 
 
+def peak_in_flight(lines: list[dict[str, Any]]) -> int:
+    """The most requests in flight at once, from intent and outcome lines (``lines()``)."""
+    points = sorted((line["ts"], 1 if line.get("phase") == SENT else -1) for line in lines
+                    if line.get("phase") in (SENT, ANSWERED))
+    level = peak = 0
+    for _, step in points:
+        level += step
+        peak = max(peak, level)
+    return peak
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="microseconds")
 
@@ -153,13 +164,7 @@ class LoggedProvider:
 
     def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
         """Asking what the provider did is not a dispatch: nothing is logged or paid."""
-        ask = getattr(self.inner, "lookup", None)
-        if ask is None:
-            raise CapabilityError(f"{capability.name}: the provider offers no lookup by "
-                                  "idempotency key", capability=capability.name,
-                                  provider_code="no_lookup")
-        result: Lookup = ask(capability, payload, call)
-        return result
+        return lookup_at(self.inner, capability, payload, call)
 
     def _provider(self, capability: Capability) -> Provider:
         resolve = getattr(self.inner, "provider_for", None)

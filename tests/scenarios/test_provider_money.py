@@ -41,10 +41,11 @@ def sandbox_kind(request: pytest.FixtureRequest) -> str:
 
 
 def _harness(make_harness: Callable[..., Harness], server: FakeOpenAIServer, *,
-             honours: bool = False, timeout: float = 5.0, home: str | None = None) -> Harness:
+             honours: bool = False, timeout: float = 5.0, home: str | None = None,
+             **settings: Any) -> Harness:
     return make_harness(provider="http", provider_base_url=server.base_url,
                         provider_api_key=FAKE_API_KEY, provider_timeout_seconds=timeout,
-                        provider_honours_idempotency_key=honours, home=home)
+                        provider_honours_idempotency_key=honours, home=home, **settings)
 
 
 def _run(harness: Harness, script: str, run_id: str = "run-1") -> dict[str, Any]:
@@ -176,9 +177,7 @@ def test_the_sweep_asks_the_provider_and_commits_what_it_kept(make_harness) -> N
 
     with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
         server.queue(IMAGES, charge_then_error(500), reject(503))
-        harness = make_harness(provider="http", provider_base_url=server.base_url,
-                               provider_api_key=FAKE_API_KEY,
-                               provider_lookup_path="/requests/{key}")
+        harness = _harness(make_harness, server, provider_lookup_path="/requests/{key}")
         first = _run(harness, ONE)
         assert first["error"]["charged"] == "maybe"
         second = _run(harness, REPAIRED, run_id="run-2")
@@ -212,8 +211,7 @@ def test_a_provider_concurrency_limit_is_honoured(make_harness) -> None:
 
     with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
         server.queue(IMAGES, *[slow(0.4) for _ in range(6)])
-        harness = make_harness(provider="http", provider_base_url=server.base_url,
-                               provider_api_key=FAKE_API_KEY, provider_concurrency=2)
+        harness = _harness(make_harness, server, provider_concurrency=2)
         report = harness.pipeline.run("run-1", FANOUT, {}, Envelope(concurrency=6)).to_json()
         assert report["status"] == "succeeded", report["error"]
         assert server.charged() == 6 and server.peak_concurrency == 2

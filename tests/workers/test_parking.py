@@ -11,6 +11,7 @@ import pytest
 from broker.envelope import Envelope
 from broker.errors import RunBusy
 from broker.providers import ProviderLog
+from broker.providers.log import peak_in_flight
 from broker.records import JobStatus
 
 from .conftest import script
@@ -69,7 +70,7 @@ def test_one_sandbox_slot_keeps_several_jobs_in_flight(make_stack) -> None:
     reports = [h.wait(240) for h in handles]
     assert all(r["status"] == "succeeded" for r in reports), [r["error"] for r in reports]
     assert len(stack.provider_log()) == 8
-    peak = _peak_in_flight(ProviderLog(stack.settings.provider_log_path).lines())
+    peak = peak_in_flight(ProviderLog(stack.settings.provider_log_path).lines())
     assert peak >= 2, f"the provider never saw two jobs' calls at once (peak {peak})"
     elapsed = time.monotonic() - started
     assert elapsed > 0  # the makespan is the bench's to compare, never asserted here
@@ -99,14 +100,3 @@ def test_a_second_submit_while_parked_is_refused(make_stack) -> None:
     report = first.wait(180)
     assert report["status"] == "succeeded", report["error"]
     assert len(stack.provider_log()) == 2
-
-
-def _peak_in_flight(lines: list[dict]) -> int:
-    """Most provider calls in flight at once, from the log's intent and outcome lines."""
-    points = [(line["ts"], 1 if line.get("phase") == "sent" else -1) for line in lines
-              if line.get("phase") in ("sent", "answered")]
-    level = peak = 0
-    for _, step in sorted(points, key=lambda p: (p[0], p[1])):
-        level += step
-        peak = max(peak, level)
-    return peak
