@@ -11,6 +11,10 @@ from typing import Any
 
 from broker.errors import InputError
 
+# A sandbox's fanout path indices are below this; a storage identity with a larger one
+# exists only on the host (``moved_aside``).
+MOVED_ASIDE = 1_000_000
+
 _IDENTITY_TEXT = re.compile(r"^(?P<site>[^@]+)@(?P<path>[0-9.]*):(?P<occ>[0-9]+)$")
 
 
@@ -55,6 +59,12 @@ class Identity:
 
     def to_json(self) -> dict[str, Any]:
         return {"site": self.site, "path": list(self.path), "occurrence": self.occurrence}
+
+    def moved_aside(self, revision: int) -> Identity:
+        """Where ``revision`` stores new work at this identity after handing the result
+        committed here to a moved call: a path index no sandbox frame can carry, so a
+        later revision reaches the slot only by relocation, and the committed one stays."""
+        return Identity(self.site, (*self.path, MOVED_ASIDE + revision), self.occurrence)
 
 
 def canonical_json(value: Any) -> str:

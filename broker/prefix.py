@@ -9,7 +9,8 @@ here, before anything is dispatched:
    expression (fingerprint) and payload digest: a shifted occurrence, a shifted
    fanout path, a swapped caller. The same call, so its result is reusable;
 3. **divergence**: the slot at the call's identity holds another payload (or
-   capability): the committed call was edited; the run stops before any effect;
+   capability) and still stands there: the committed call was edited; the run
+   stops before any effect;
    **used**: the slot at the call's identity holds this very call, but this
    revision already handed its result to another call (a relocation): nothing
    can be paid at a committed identity, so the run stops too;
@@ -17,11 +18,18 @@ here, before anything is dispatched:
    another identity (another call expression, or a slot already used), or is asked
    for at another identity by this revision (a new call not answered as a free
    failure): the ledger policy decides (see ``broker.ledger``);
-5. **new**: nothing committed matches: new work for the broker.
+5. **new**: nothing committed matches: new work for the broker. When this
+   revision already handed the result committed at the call's identity to a
+   moved call (the same expression with another payload lands where that one
+   was), the committed call is not edited, it moved: the new work is stored
+   aside (``Identity.moved_aside``) and the committed slot stays as it is.
 
-Calls of one wave are decided together, exact identities first, so a relocation
-never takes the slot that a call of the same wave owns. Each slot serves at most
-one call per revision: a result is never handed to two calls.
+Calls of one wave are decided together: exact identities first, then the
+calls that relocate to exactly one slot, then the rest in order; so a
+relocation never takes the slot that a call of the same wave owns, and a call
+that lands where a moved call of its wave was committed is new work, whatever
+the order of the wave. Each slot serves at most one call per revision: a result
+is never handed to two calls.
 """
 
 from __future__ import annotations
@@ -61,6 +69,7 @@ class Decision:
     verdict: Verdict
     slot: SlotRecord | None = None  # the slot replayed, in the way, or paid before
     asked_at: Identity | None = None  # a repeat of a new call of this revision
+    stored_at: Identity | None = None  # new work stored aside of its identity
 
     @property
     def replays(self) -> bool:
@@ -68,7 +77,8 @@ class Decision:
 
 
 class Prefix:
-    def __init__(self, slots: Iterable[SlotRecord]) -> None:
+    def __init__(self, slots: Iterable[SlotRecord], *, revision: int) -> None:
+        self.revision = revision
         self.slots: dict[Identity, SlotRecord] = {}
         self.races: dict[Identity, SlotRecord] = {}
         self._by_call: dict[tuple[str, str, str], list[SlotRecord]] = defaultdict(list)
@@ -91,8 +101,11 @@ class Prefix:
         return len(self.slots) + len(self.races)
 
     def decide_wave(self, calls: list[Call]) -> list[Decision]:
-        """Decide every call of a wave: exact identities first, then the rest in order."""
+        """Decide every call of a wave: exact identities, then unique relocations, then
+        the rest in order."""
         decisions: list[Decision | None] = [self._exact(call) for call in calls]
+        decisions = [d if d is not None else self._relocated(call)
+                     for call, d in zip(calls, decisions, strict=True)]
         return [d if d is not None else self._other(call) for call, d in zip(
             calls, decisions, strict=True)]
 
@@ -106,26 +119,34 @@ class Prefix:
             return None
         return self._use(slot, Verdict.REPLAY)
 
-    def _other(self, call: Call) -> Decision:
+    def _relocated(self, call: Call) -> Decision | None:
         moved = [s for s in self._by_call.get((call.capability, call.fingerprint, call.digest),
                                               ()) if s.identity not in self.used]
-        if len(moved) == 1:
-            return self._use(moved[0], Verdict.RELOCATED)
+        return self._use(moved[0], Verdict.RELOCATED) if len(moved) == 1 else None
+
+    def _other(self, call: Call) -> Decision:
+        relocated = self._relocated(call)
+        if relocated is not None:
+            return relocated
+        stored_at = call.identity
         own = self.slots.get(call.identity)
         if own is not None:
             self.invoked.add(own.identity)
-            if own.same_call(call.capability, call.digest) and own.fingerprint == \
-                    call.fingerprint:
+            same_expression = (own.capability, own.fingerprint) == (call.capability,
+                                                                     call.fingerprint)
+            if own.identity not in self.used or not same_expression:
+                return Decision(Verdict.DIVERGE, own)
+            if own.digest == call.digest:
                 return Decision(Verdict.USED, own)  # its slot already served another call
-            return Decision(Verdict.DIVERGE, own)
+            stored_at = call.identity.moved_aside(self.revision)
         paid = self._paid.get((call.capability, call.digest))
         if paid:
             return Decision(Verdict.REPEAT, paid[0])
-        asked = self._asked.setdefault((call.capability, call.digest), call.identity)
-        if asked != call.identity:
+        asked = self._asked.setdefault((call.capability, call.digest), stored_at)
+        if asked != stored_at:
             return Decision(Verdict.REPEAT, asked_at=asked)
-        self._asked_at[call.identity] = (call.capability, call.digest)
-        return Decision(Verdict.NEW)
+        self._asked_at[stored_at] = (call.capability, call.digest)
+        return Decision(Verdict.NEW, stored_at=stored_at if own is not None else None)
 
     def answered_free(self, identity: Identity) -> None:
         """The new call at ``identity`` failed and the provider did not charge: asking for

@@ -191,7 +191,8 @@ class Pipeline:
             return report
         executor = self.executor_for(envelope)
         session = Session(
-            run_id=run_id, revision=revision, admission=admission, prefix=Prefix(slots),
+            run_id=run_id, revision=revision, admission=admission,
+            prefix=Prefix(slots, revision=revision),
             args=json.loads(admitted.args_text), envelope=envelope, settings=self.settings,
             store=self.store, runner=self.runner, executor=executor,
             rpc_dir=_rpc_dir(run_id, revision, delivery))

@@ -24,7 +24,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -42,7 +42,7 @@ from broker.errors import (
     SemanticRepeatDenied,
 )
 from broker.grants import authorize
-from broker.identity import Identity, call_digest, payload_digest
+from broker.identity import MOVED_ASIDE, Identity, call_digest, payload_digest
 from broker.ledger import LedgerAction, ledger_action
 from broker.prefix import RACE, Call, Decision, Prefix, Verdict
 from broker.records import SlotRecord
@@ -317,7 +317,7 @@ class Session:
             assert slot is not None
             # A slot this revision committed (before its job parked, or before a crash
             # and a redelivery) is its own work, reported as executed, paid once.
-            own = slot.revision == self.revision and slot.identity == call.identity
+            own = slot.revision == self.revision
             self._record(Recorded(call.identity, call.capability,
                                   Outcome.EXECUTED if own else Outcome.REPLAYED,
                                   attempted=own, cost=slot.cost if own else 0.0,
@@ -348,6 +348,11 @@ class Session:
             return None
         if decision.verdict is Verdict.REPEAT:
             return self._repeat(call, request, decision)
+        if decision.stored_at is not None:
+            self.warnings.append(
+                f"{call.identity}: its committed result went to a moved call of this "
+                f"revision; this call is new work, stored at {decision.stored_at}")
+            return replace(request, identity=decision.stored_at)
         return request
 
     def _repeat(self, call: Call, request: CallRequest, decision: Decision
@@ -440,7 +445,7 @@ class Session:
             raise SandboxProtocolError(f"site {str(site)[:200]!r} is not in the host's "
                                        "annotation", site=str(site)[:200])
         if not (isinstance(path, list) and len(path) <= MAX_PATH
-                and all(_is_int(i) and 0 <= i < 1_000_000 for i in path)):
+                and all(_is_int(i) and 0 <= i < MOVED_ASIDE for i in path)):
             raise SandboxProtocolError("a frame with a malformed fanout path", site=site)
         if not _is_int(occurrence):
             raise SandboxProtocolError("a frame with a malformed occurrence", site=site)

@@ -143,15 +143,26 @@ def test_inserted_helper_call_pays_only_for_the_new_branch(harness: Harness) -> 
     assert _executions(harness) == 3
 
 
-def test_path_shift_in_one_fanout_stops_before_any_new_call(harness: Harness) -> None:
+def test_a_front_insert_in_a_fanout_relocates_the_shifted_calls_and_pays_the_new_one(
+        harness: Harness) -> None:
+    """Every committed door moves one path on; the new door lands at path (0,), where the
+    red door was committed. The red door moved (it relocates), it was not edited: the new
+    door is new work, stored aside, and the committed slot stays."""
     prompts = {"prompts": ["a red door", "a blue door", "a grey door"]}
     harness.run("shift_v1", args=prompts)
     assert _executions(harness) == 3
     shifted = harness.run("shift_v2", args=prompts)
-    assert shifted["status"] == "stopped"
-    assert shifted["error"]["type"] == "ReplayDivergence"
-    assert shifted["calls"]["executed"] == 0
-    assert _executions(harness) == 3  # the wave was decided before anything was dispatched
+    assert shifted["status"] == "succeeded", shifted["error"]
+    assert (shifted["calls"]["replayed"], shifted["calls"]["executed"]) == (3, 1)
+    assert _executions(harness) == 4
+    slots = {str(s.identity): s for s in harness.services.store.list_slots("run-1")}
+    site = next(iter(slots)).split("@")[0]
+    assert slots[f"{site}@0:0"].revision == 1  # the red door's slot stays as committed
+    aside = slots[f"{site}@0.1000002:0"]
+    assert aside.revision == 2 and any("stored at" in w for w in shifted["warnings"])
+    again = harness.run("shift_v2", args=prompts)  # the next revision replays all four
+    assert (again["calls"]["replayed"], again["calls"]["executed"]) == (4, 0)
+    assert _executions(harness) == 4
 
 
 def test_shrunk_loop_reports_orphans(harness: Harness) -> None:

@@ -337,9 +337,10 @@ DOORS = {"prompts": ["a red door", "a blue door", "a grey door"]}
 shape("comprehension_insert_front", "parallelise", (
     "A comprehension-driven fanout gets a new element at the front: every committed "
     "payload shifts to the next path, so the call at path (0,) now carries a new payload "
-    "where a different one is committed. The wave is decided as a whole before anything "
-    "is dispatched: ReplayDivergence, 0 new paid calls. v3 (the model appends instead) "
-    "replays the three and pays only the new door."),
+    "where a different one is committed. The wave is decided as a whole: the three "
+    "shifted doors relocate first, so the committed red door moved rather than changed, "
+    "and the green door at (0,) is new work stored aside (1 paid, 3 replayed). v3 (the "
+    "model appends instead) replays all four, the green door from where it was stored."),
     (Step(COMPREHENSION_V1, "failed", 3, "RuntimeError", {"succeeded": 3}),
      Step(_s('''
         async def orchestrate(ctx, args):
@@ -348,7 +349,7 @@ shape("comprehension_insert_front", "parallelise", (
 
             doors = await ctx.parallel([gen(p) for p in ["a green door", *args["prompts"][:8]]])
             return len(doors)
-     '''), "stopped", 0, "ReplayDivergence", {"executed": 0}),
+     '''), "succeeded", 1, calls={"replayed": 3, "executed": 1}),
      Step(_s('''
         async def orchestrate(ctx, args):
             async def gen(prompt):
@@ -356,7 +357,7 @@ shape("comprehension_insert_front", "parallelise", (
 
             doors = await ctx.parallel([gen(p) for p in [*args["prompts"][:8], "a green door"]])
             return len(doors)
-     '''), "succeeded", 1, calls={"replayed": 3, "executed": 1})),
+     '''), "succeeded", 0, calls={"replayed": 4})),
     args=DOORS, celery=True)
 
 shape("comprehension_remove_element", "parallelise", (
@@ -1551,4 +1552,5 @@ shape("constant_image_loop_into_parallel", "loops", (
      '''), "stopped", 1, "SemanticRepeatDenied", {"executed": 1, "denied": 1},
           relocations=1)))
 
-from . import corpus_round3  # noqa: E402,F401  (registers the third-round shapes)
+# Registers the third- and fourth-round shapes.
+from . import corpus_round3, corpus_round4  # noqa: E402,F401
