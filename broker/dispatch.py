@@ -376,7 +376,7 @@ class Broker:
         with self.heartbeats.hold(attempt.id):
             try:
                 with provider_turn(capability.provider, self.settings.provider_concurrency):
-                    if not self.store.sent_attempt(attempt.id):
+                    if not self._record_dispatch(attempt):
                         raise AttemptInFlight(
                             f"the attempt at {request.identity} was taken back before its "
                             "request left (its owner was judged gone); nothing was sent. "
@@ -411,6 +411,25 @@ class Broker:
         return CallReport(request.identity, capability.name, Outcome.EXECUTED,
                           result=stored.result, attempted=True, cost=answer.cost,
                           committed_by=stored.revision)
+
+    def _record_dispatch(self, attempt: AttemptRecord) -> bool:
+        """The attempt's dispatch record, written before its request leaves. Nothing was
+        sent yet, so a store that does not answer is waited for (within the commit's
+        retry budget, the attempt heartbeat running) rather than failing the call: the
+        rest of its wave may already be paid, and the run must not stop for an outage."""
+        deadline = time.monotonic() + self.settings.commit_retry_seconds
+        delay = 0.25
+        while True:
+            try:
+                return self.store.sent_attempt(attempt.id)
+            except StoreUnavailable as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                log.warning("the dispatch record of attempt #%s at %s cannot be written "
+                            "(%s); nothing was sent, waiting for the store", attempt.number,
+                            attempt.identity, exc.message)
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 5.0)
 
     # ---- the commit of a paid result: never lost -------------------------------------------
 

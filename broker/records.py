@@ -196,7 +196,7 @@ class JobRecord:
     requeues: int
     created_at: datetime
     updated_at: datetime
-    resumes: int = 0  # times it was resumed after parking (its sandbox task id counts them)
+    resumes: int = 0  # times it was resumed (parked, or lost with its sandbox worker)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, insert, update
+from sqlalchemy import Connection, func, insert, update
 
 from broker import models
 from broker import statements as sql
@@ -47,12 +47,23 @@ def slots_txn(conn: Connection, run_id: str) -> list[SlotRecord]:
 
 def start_revision_txn(conn: Connection, run_id: str, revision: int, *, owner: str,
                        job_id: str | None, event: str,
-                       admit: Callable[[list[SlotRecord]], bool]
+                       admit: Callable[[list[SlotRecord]], bool], resumes: int = 0
                        ) -> tuple[list[SlotRecord], bool] | None:
     """Take the revision's lease for ``owner`` and read the prefix; ``admit(slots)`` (the
-    gate again) decides whether it runs. None when the revision is no longer running (a
-    stale delivery); ``(slots, False)`` when the gate refused it (only the lease taken)."""
+    gate again) decides whether it runs. None when the revision is no longer running, or
+    when the job ``job_id`` is not waiting for its start number ``resumes`` (a stale
+    delivery: the job parked, finished, or was resumed as another task since);
+    ``(slots, False)`` when the gate refused it (only the lease taken)."""
     now = models.utcnow()
+    if job_id is not None:
+        # First, and on the job row: a resume of a job judged lost (``resume_lost_job``)
+        # is conditional on this row, so of the two exactly one goes on.
+        fenced = conn.execute(update(jobs).where(
+            jobs.c.job_id == job_id, func.coalesce(jobs.c.resumes, 0) == resumes,
+            jobs.c.status.in_([JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
+            .values(updated_at=now))
+        if fenced.rowcount == 0:
+            return None
     owned = conn.execute(update(revisions).where(
         revisions.c.run_id == run_id, revisions.c.revision == revision,
         revisions.c.status == "running").values(owner=owner, heartbeat_at=now))

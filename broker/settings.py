@@ -151,7 +151,8 @@ class Settings(BaseSettings):
         "long whose queue message is gone (a Redis loss) is queued again by the reconciler")
     max_requeues: int = Field(
         default=3, ge=0, le=100, description="times the reconciler queues one lost job again "
-        "before it marks the revision failed (lost: job message lost)")
+        "(its message lost, or its sandbox worker died) before it marks the revision "
+        "failed (lost: ...)")
     provider: str = Field(default="local", description="local | http")
     provider_base_url: str | None = None
     provider_api_key: SecretStr | None = None

@@ -595,11 +595,12 @@ class SqlStore:
             raise RunNotFound(f"run {run_id!r} has no revision {revision}", run_id=run_id)
 
     def start_revision(self, run_id: str, revision: int, *, owner: str, job_id: str | None,
-                       event: str, admit: Callable[[list[SlotRecord]], bool]
-                       ) -> tuple[list[SlotRecord], bool] | None:
+                       event: str, admit: Callable[[list[SlotRecord]], bool],
+                       resumes: int = 0) -> tuple[list[SlotRecord], bool] | None:
         """A revision starts running (``broker.revision_txns.start_revision_txn``)."""
         return self._run("starting a revision", lambda c: start_revision_txn(
-            c, run_id, revision, owner=owner, job_id=job_id, event=event, admit=admit))
+            c, run_id, revision, owner=owner, job_id=job_id, event=event, admit=admit,
+            resumes=resumes))
 
     def revision_facts(self, run_id: str, revision: int
                        ) -> tuple[list[AttemptRecord], list[SlotRecord]]:
@@ -739,6 +740,26 @@ class SqlStore:
             return None if row is None else job_record(row)
 
         return self._run("waking a parked job", txn)
+
+    def resume_lost_job(self, job: JobRecord, why: str) -> JobRecord | None:
+        """The started ``job`` as it was read, whose sandbox worker is gone, accepted again
+        as its next resume (one more requeue); None when anything of it changed since (a
+        delivery started it again: ``start_revision_txn`` touches the row first)."""
+        def txn(conn: Connection) -> JobRecord | None:
+            row = conn.execute(update(jobs).where(
+                jobs.c.job_id == job.job_id, jobs.c.status == JobStatus.STARTED.value,
+                func.coalesce(jobs.c.resumes, 0) == job.resumes,
+                jobs.c.updated_at == job.updated_at)
+                .values(status=JobStatus.ACCEPTED.value, updated_at=models.utcnow(),
+                        resumes=job.resumes + 1, requeues=job.requeues + 1)
+                .returning(*jobs.c)).first()
+            if row is None:
+                return None
+            add_event_txn(conn, job.run_id, "job_resumed", why, revision=job.revision,
+                          data={"job_id": job.job_id, "resumes": job.resumes + 1})
+            return job_record(row)
+
+        return self._run("resuming a lost job", txn)
 
     def requeued_job(self, job_id: str, seen_requeues: int) -> bool:
         """Count one more requeue of an accepted job, if nobody else counted it first."""

@@ -151,11 +151,12 @@ class Pipeline:
     # ---- the spending half -------------------------------------------------------------------
 
     def execute(self, admitted: Admitted, envelope: Envelope, *, delivery: int = 1,
-                job_id: str | None = None) -> RunReport:
+                job_id: str | None = None, resumes: int = 0) -> RunReport:
         """Sandbox, one decision per call, certificate, finish.
 
         The revision starts in one transaction (its lease, the job ``job_id`` of the
-        sandbox worker running it, the prefix as it is now, on which the gate runs again)
+        sandbox worker running it, started for the ``resumes``-th time, the prefix as it
+        is now, on which the gate runs again)
         and ends in one. Each delivery of a Celery job gets its own RPC directory
         (``rev-N-dK``). ``RevisionNotRunning`` when the revision already ended (a stale
         delivery): nothing is started.
@@ -176,7 +177,7 @@ class Pipeline:
                               self.settings.revision_lease_seconds)
         started = self.store.start_revision(
             run_id, revision, owner=lease.owner, job_id=job_id, admit=admit,
-            event=f"{self.runner.kind} sandbox starting")
+            event=f"{self.runner.kind} sandbox starting", resumes=resumes)
         if started is None:
             raise RevisionNotRunning(f"revision {revision} of run {run_id} is no longer "
                                      "running; nothing was started", run_id=run_id)

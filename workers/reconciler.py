@@ -1,9 +1,10 @@
 """The reconciler (``-Q reconcile`` with beat): finds what a crash or an outage left open.
 
 Each sweep: pending attempts whose owner is gone become unresolved (the run is
-``blocked``); accepted jobs whose queue message was lost are queued again
-(``workers.recovery``); running revisions whose owner is gone are failed with
-the reason (``lost: ...``) and their runs are resumable.
+``blocked``); accepted jobs whose queue message was lost are queued again, and
+started jobs whose sandbox worker is gone run again as their next resume
+(``workers.recovery``); running revisions whose owner is gone after that are
+failed with the reason (``lost: ...``) and their runs are resumable.
 
 The sweep is periodic (``REVISE_CELERY_RECONCILE_INTERVAL``), idempotent and
 safe with two reconcilers: the store turns a pending attempt unresolved
@@ -19,7 +20,7 @@ from typing import Any
 from orchestrator.reconcile import resolve_by_lookup, sweep, sweep_revisions
 from workers.app import ReviseTask, app
 from workers.parking import wake_all
-from workers.recovery import requeue_lost_jobs
+from workers.recovery import requeue_lost_jobs, resume_lost_jobs
 from workers.routing import SWEEP_TASK
 
 log = logging.getLogger("revise.reconciler")
@@ -35,9 +36,10 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
                     attempt.owner)
     try:
         jobs = requeue_lost_jobs(ctx, app)
+        resumed = resume_lost_jobs(ctx, app)
     except Exception as exc:  # Redis away: the revisions are still swept (store only)
         log.warning("could not look for lost job messages: %s", exc)
-        jobs = {"requeued": [], "lost": []}
+        jobs, resumed = {"requeued": [], "lost": []}, []
     resolved = []
     if ctx.settings.provider_lookup_path:  # the provider can be asked: ask, never guess
         resolved = resolve_by_lookup(ctx.store, ctx.provider, ctx.artifacts)
@@ -50,6 +52,7 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
     return {"unresolved": [{"run_id": a.run_id, "identity": str(a.identity),
                             "attempt_id": a.id} for a in marked],
             "requeued": jobs["requeued"], "jobs_lost": jobs["lost"],
+            "jobs_resumed": resumed,
             "revisions_lost": [{"run_id": r.run_id, "revision": r.revision,
                                 "reason": r.reason} for r in lost],
             "resolved_by_lookup": [{"run_id": d["run_id"], "identity": d["identity"],

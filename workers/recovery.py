@@ -19,6 +19,7 @@ import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from broker.crash_window import lease_expired
 from broker.records import JobStatus
 from orchestrator.reconcile import LOST_MESSAGE, lose_revision
 from workers.routing import SANDBOX_TASK
@@ -28,8 +29,20 @@ log = logging.getLogger("revise.recovery")
 
 
 def sandbox_task_id(job_id: str, resumes: int = 0) -> str:
-    """The job's sandbox task; each resume after parking is a task of its own."""
+    """The job's sandbox task; each resume (after parking, or after its sandbox worker
+    died) is a task of its own."""
     return f"{job_id}/sandbox" if not resumes else f"{job_id}/sandbox/resume-{resumes}"
+
+
+def resumes_of(task_id: str, job_id: str) -> int | None:
+    """Which start of job ``job_id`` the task ``task_id`` is; None when it is not one of
+    the job's sandbox tasks (the store's fence then takes it for a stale delivery)."""
+    base = f"{job_id}/sandbox"
+    if task_id == base:
+        return 0
+    number = task_id.removeprefix(f"{base}/resume-")
+    return int(number) if number != task_id and number.isdigit() and number[0] != "0" \
+        else None
 
 
 def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dict[str, list]:
@@ -69,6 +82,39 @@ def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dic
                     job.run_id, job.revision, job.job_id)
         done["requeued"].append(job.job_id)
     return done
+
+
+def resume_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> list[str]:
+    """One pass: a started job whose sandbox worker is gone (by the revision lease's rule:
+    on this host at once, elsewhere after the lease) runs again as its next resume, like
+    a parked job woken: its committed calls replay, calls still in flight at broker
+    workers are waited for, nothing is paid twice. Past ``max_requeues`` it is left to
+    ``sweep_revisions``, which fails the revision ``lost``. Before that sweep, so a
+    killed stack resumes its jobs rather than losing them; a delivery of the old task
+    that comes later (the visibility timeout) is stale (``start_revision_txn``)."""
+    now = now or datetime.now(UTC)
+    lease = ctx.settings.revision_lease_seconds
+    resumed = []
+    for job in ctx.store.list_jobs(frozenset({JobStatus.STARTED})):
+        if job.requeues >= ctx.settings.max_requeues:
+            continue
+        revision = ctx.store.get_revision(job.run_id, job.revision)
+        if revision is None or revision.status != "running" or not lease_expired(
+                revision.owner, revision.heartbeat_at or revision.created_at, lease, now,
+                store_since=ctx.store.available_since):
+            continue
+        again = ctx.store.resume_lost_job(job, f"the sandbox worker of job {job.job_id} "
+                                          f"({revision.owner}) is gone; the job runs again "
+                                          f"({job.requeues + 1} of {ctx.settings.max_requeues})"
+                                          ": committed calls replay")
+        if again is None:
+            continue  # started again meanwhile, or another reconciler resumed it
+        app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(again.job_id, again.resumes),
+                      queue=ctx.routing.queue("sandbox"), args=[again.message])
+        log.warning("run %s revision %s: job %s lost its sandbox worker; resumed",
+                    job.run_id, job.revision, job.job_id)
+        resumed.append(job.job_id)
+    return resumed
 
 
 def count_stale_delivery(ctx: Any, run_id: str, revision: int, what: str) -> int:

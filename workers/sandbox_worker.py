@@ -43,7 +43,7 @@ from workers.lease import Grant, Released, run_leased
 from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
 from workers.parking import wake
-from workers.recovery import count_stale_delivery
+from workers.recovery import count_stale_delivery, resumes_of
 from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
 from workers.transport import Transport
@@ -95,13 +95,17 @@ def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         ctx.lease, self.request.id, wait=ctx.queue.lease_seconds * 1.5,
         uncounted=(StoreUnavailable,), duplicate=duplicate,
         give_up=lambda grant: _gave_up(ctx, job, grant),
-        run=lambda grant: _start(ctx, job, grant))
+        run=lambda grant: _start(ctx, job, grant, resumes_of(self.request.id, job["job_id"])))
     return _settle_stale(answer) if answer.get("duplicate") else _settle(answer)
 
 
-def _start(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> Any:
+def _start(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes: int | None
+           ) -> Any:
     try:
-        return _answer(_run_started(ctx, job, grant), grant)
+        if resumes is None:
+            raise RevisionNotRunning(f"the task id is not one of job {job['job_id']}'s "
+                                     "sandbox tasks: nothing is started", run_id=job["run_id"])
+        return _answer(_run_started(ctx, job, grant, resumes), grant)
     except RevisionNotRunning:
         return Released(_stale(ctx, job) or {})  # finished or lost while this one waited
 
@@ -158,13 +162,14 @@ def _gave_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str,
     return answer
 
 
-def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
+def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes: int
+                 ) -> RunReport:
     if grant.starts > 1:
         _reap(ctx.settings.runs_dir / job["run_id"], job["revision"], grant.starts)
         ctx.store.add_event(job["run_id"], "redelivered", f"delivery {grant.starts} takes the "
                             "job over; committed calls replay", revision=job["revision"])
     try:
-        return _run(ctx, job, grant.starts)
+        return _run(ctx, job, grant.starts, resumes)
     except (StoreUnavailable, RevisionNotRunning):
         raise  # queued again (its revision is still running), or a stale delivery
     except BaseException as exc:
@@ -181,7 +186,7 @@ def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunRe
         raise
 
 
-def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
+def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -> RunReport:
     envelope = Envelope.model_validate(job["envelope"])
     pipeline = Pipeline(
         store=ctx.store, runner=ctx.runner, settings=ctx.settings,
@@ -195,7 +200,8 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int) -> RunReport:
     admitted = Admitted(run_id, revision, decode_source(job["source"]), job["args_text"],
                         Admission.from_wire(job["admission"]),
                         RunReport(run_id=run_id, revision=revision))
-    report = pipeline.execute(admitted, envelope, delivery=delivery, job_id=job["job_id"])
+    report = pipeline.execute(admitted, envelope, delivery=delivery, job_id=job["job_id"],
+                              resumes=resumes)
     if report.status is RevisionStatus.PARKED:
         wake(ctx, app, run_id, revision)  # its calls may all be settled already
     return report

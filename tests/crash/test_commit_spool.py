@@ -45,6 +45,40 @@ class RefusingCommits:
         return getattr(self._inner, name)
 
 
+class RefusingDispatchRecords(RefusingCommits):
+    """The store goes away just before a request would leave: its dispatch record fails."""
+
+    def commit(self, slot: Any, attempt_id: Any) -> Any:
+        return self._inner.commit(slot, attempt_id)
+
+    def sent_attempt(self, attempt_id: int) -> bool:
+        if self.refused < self.failures:
+            self.refused += 1
+            raise StoreUnavailable("run store is unavailable while recording a dispatch "
+                                   "(connection refused)")
+        return bool(self._inner.sent_attempt(attempt_id))
+
+
+def test_a_dispatch_record_refused_for_a_while_is_waited_for_not_a_stopped_run(
+        tmp_path: Path) -> None:
+    """Nothing was sent, so the call waits for the store; the wave's other calls, already
+    paid, are not lost to a stopped run."""
+    home = tmp_path / "home"
+    services = open_services(settings_for(home), runner=ProcessRunner())
+    services.store = RefusingDispatchRecords(services.store, 3)  # type: ignore[assignment]
+    try:
+        report = services.pipeline().run("r", script("crash_fanout"), {}, Envelope()
+                                         ).to_json()
+        assert report["status"] == "succeeded", report["error"]
+        assert services.store.refused == 3
+        attempts = services.store.list_attempts("r")
+        assert all(a.status is AttemptStatus.SUCCEEDED and a.sent_at for a in attempts)
+    finally:
+        services.close()
+    paid = [line["identity"] for line in provider_lines(home)]
+    assert len(paid) == len(set(paid)) == len(attempts)
+
+
 def _services(home: Path, failures: int, **settings: Any) -> Any:
     services = open_services(settings_for(home, **settings), runner=ProcessRunner())
     services.store = RefusingCommits(services.store, failures)  # type: ignore[assignment]

@@ -101,6 +101,41 @@ def test_started_jobs_are_lost_with_their_worker_and_accepted_ones_wait(
         store.close()
 
 
+def test_a_started_job_is_resumed_once_and_its_older_deliveries_are_stale(
+        tmp_path: Path) -> None:
+    """``resume_lost_job`` (the reconciler's step before ``sweep_revisions``) and the start
+    of a delivery are fenced on the job row: exactly one of them goes on."""
+    store = SqlStore.open(f"sqlite:///{tmp_path / 'r.db'}")
+    try:
+        store.ensure_run("r")
+        store.add_revision("r", "src", "d")
+        store.accept_job("job", "r", 1, {"job_id": "job"})
+        assert store.start_revision("r", 1, owner=_dead_owner(), job_id="job",
+                                    event="sandbox starting", admit=lambda slots: True)
+        seen = store.get_job("job")
+        # A redelivery of the same task takes it over first: the resume read is stale.
+        assert store.start_revision("r", 1, owner=_dead_owner(), job_id="job",
+                                    event="sandbox starting", admit=lambda slots: True)
+        assert store.resume_lost_job(seen, "gone") is None
+        resumed = store.resume_lost_job(store.get_job("job"), "gone")
+        assert resumed is not None and (resumed.status, resumed.resumes, resumed.requeues) \
+            == ("accepted", 1, 1)
+        assert store.resume_lost_job(store.get_job("job"), "gone") is None  # not started
+        assert [e.kind for e in store.list_events("r")].count("job_resumed") == 1
+        # The old task (start 0) arriving late is stale; the resume (start 1) runs.
+        assert store.start_revision("r", 1, owner=current_owner(), job_id="job",
+                                    event="sandbox starting", admit=lambda slots: True) is None
+        assert store.start_revision("r", 1, owner=current_owner(), job_id="job", resumes=1,
+                                    event="sandbox starting", admit=lambda slots: True)
+        assert store.get_job("job").status == "started"
+        # A parked job is not started by any delivery: its wake queues the next resume.
+        assert store.park_job("job")
+        assert store.start_revision("r", 1, owner=current_owner(), job_id="job", resumes=1,
+                                    event="sandbox starting", admit=lambda slots: True) is None
+    finally:
+        store.close()
+
+
 def test_a_run_left_running_after_its_revision_finished_takes_the_revisions_state(
         tmp_path: Path) -> None:
     store = SqlStore.open(f"sqlite:///{tmp_path / 'r.db'}")
@@ -120,3 +155,12 @@ def test_a_run_left_running_after_its_revision_finished_takes_the_revisions_stat
             "blocked", "blocked: unresolved attempt at orchestrate/#0@:0")
     finally:
         store.close()
+
+
+def test_a_task_id_says_which_start_of_its_job_it_is() -> None:
+    from workers.recovery import resumes_of, sandbox_task_id
+
+    assert [resumes_of(sandbox_task_id("j", n), "j") for n in (0, 1, 12)] == [0, 1, 12]
+    for forged in ("j/sandbox/resume-0", "j/sandbox/resume-01", "j/sandbox/resume-x",
+                   "k/sandbox", "j/sandbox/resume-", "j/sandbox/resume--1"):
+        assert resumes_of(forged, "j") is None, forged

@@ -1,0 +1,95 @@
+"""What can go wrong while a job waits (issue 26): its resumer dies, it waits in a race,
+another submit or repair arrives, and it runs in either sandbox. Every call is paid once."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+import pytest
+
+from broker.envelope import Envelope
+from broker.records import JobStatus
+
+from .conftest import script, wait_for
+from .test_parking import SEQUENTIAL
+
+pytestmark = [pytest.mark.redis, pytest.mark.postgres, pytest.mark.timeout(300)]
+
+# Short leases and a frequent sweep, so a dead worker is found within seconds.
+LIVENESS = {"REVISE_ATTEMPT_LEASE_SECONDS": "10", "REVISE_REVISION_LEASE_SECONDS": "10",
+            "REVISE_REQUEUE_AFTER_SECONDS": "5", "REVISE_MAX_REQUEUES": "3"}
+
+
+def _stack(make_stack, *, latency: float = 1.5, sandbox: str | None = None, sweep=False):
+    stack = make_stack(local_latency=latency, park_after_seconds=0.2, reconcile_interval=1)
+    stack.env.update(LIVENESS)
+    if sandbox is not None:
+        stack.env["REVISE_SANDBOX"] = sandbox
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=1)
+    stack.worker("capabilities", concurrency=16)
+    if sweep:
+        stack.worker("reconcile", concurrency=1, beat=True)
+    stack.wait_ready(120)
+    return stack
+
+
+def _paid_once(stack) -> Counter:
+    paid = Counter((e["run_id"], e["identity"]) for e in stack.provider_log())
+    assert all(n == 1 for n in paid.values()), f"paid twice: {paid}"
+    return paid
+
+
+def test_a_resumed_job_whose_sandbox_worker_is_killed_runs_again_and_pays_once(
+        make_stack) -> None:
+    stack = _stack(make_stack, sweep=True)
+    handle = stack.client.submit(SEQUENTIAL, {"prompts": ["a", "b", "c"]}, Envelope(),
+                                 "killed")
+
+    def resuming():
+        job = stack.store.job_for_revision("killed", 1)
+        return job is not None and job.resumes >= 1 and job.status is JobStatus.STARTED
+
+    wait_for(resuming, 90, "a resume of the parked job to start")
+    sandbox = next(p for p in stack.procs if "sandbox0" in " ".join(map(str, p.args)))
+    os.killpg(sandbox.pid, signal.SIGKILL)
+    sandbox.wait(30)
+    stack.worker("sandbox", pool="prefork", concurrency=1, index=1)
+    report = handle.wait(180)
+    assert report["status"] == "succeeded", report["error"]
+    assert report["calls"]["executed"] == 3 and report["calls"]["replayed"] == 0
+    assert len(_paid_once(stack)) == 3
+    resumed = stack.events("killed", "job_resumed")
+    assert resumed, "the sweep never resumed the job whose sandbox worker died"
+    assert "is gone" in resumed[0].message
+    assert stack.store.get_revision("killed", 1).status == "succeeded"
+    assert [r.revision for r in stack.store.list_revisions("killed")] == [1]
+
+
+def test_a_parked_race_resumes_with_one_winner_and_replays_it_in_the_next_revision(
+        make_stack) -> None:
+    stack = _stack(make_stack)
+    race = script("race_v1")
+    first = stack.client.submit(race, {}, Envelope(), "race").wait(180)
+    assert first["status"] == "succeeded", first["error"]
+    assert isinstance(first["result"], str) and first["result"]
+    paid = len(_paid_once(stack))
+    assert 1 <= paid <= 3
+    assert stack.store.job_for_revision("race", 1).resumes >= 1, "the race never parked"
+    again = stack.client.submit(race, {}, Envelope(), "race").wait(180)
+    assert again["status"] == "succeeded", again["error"]
+    assert again["result"] == first["result"]  # the committed winner, not a new race
+    assert len(_paid_once(stack)) == paid
+
+
+def test_a_job_parks_and_resumes_in_the_process_sandbox_too(make_stack) -> None:
+    """The stack tests run in Docker where an engine runs (CI); parking is the same in
+    the bubblewrap sandbox."""
+    stack = _stack(make_stack, sandbox="process")
+    report = stack.client.submit(SEQUENTIAL, {"prompts": ["p", "q"]}, Envelope(),
+                                 "bwrap").wait(180)
+    assert report["status"] == "succeeded", report["error"]
+    assert report["calls"]["executed"] == 2 and len(_paid_once(stack)) == 2
+    assert stack.store.job_for_revision("bwrap", 1).resumes >= 1, "it never parked"
