@@ -230,9 +230,12 @@ def test_full_disk_on_the_broker_host_during_a_postgres_outage(own_stack, tmp_pa
         reports = {run_id: waiting.result() for run_id, waiting in handles.items()}
         first = Counter(r["status"] for r in reports.values())
         errors = sorted({r["error"]["type"] for r in reports.values() if r["error"]})
-        open_attempts = [(a.run_id, str(a.identity), a.status.value) for run_id in handles
-                         for a in stack.store.list_attempts(run_id, OPEN)]
-        assert open_attempts == [], f"attempts left open by the full disk: {open_attempts}"
+        open_attempts = [(a.run_id, str(a.identity), a.status.value, a.sent_at, a.owner)
+                         for run_id in handles for a in stack.store.list_attempts(run_id, OPEN)]
+        assert open_attempts == [], (
+            f"attempts left open by the full disk: {open_attempts}; reports "
+            f"{ {a[0]: (reports[a[0]]['status'], reports[a[0]]['error']) for a in open_attempts} }"
+            f"; logs in {stack.tmp_path}")
         resumed = _resume(stack, reports)
         probe = stack.client.submit(SCRIPT, {"shots": [f"disk probe {k}" for k in range(4)]},
                                     Envelope(), "disk-probe").wait(120)
@@ -389,8 +392,8 @@ def _unresolved_from_elsewhere(stack: FaultStack, home: Path, run_id: str) -> di
 @pytest.mark.parametrize("lookup", [True, False], ids=["with-lookup", "without-lookup"])
 def test_broker_killed_between_the_providers_work_and_the_commit(own_stack, tmp_path,
                                                                  lookup: bool) -> None:
-    idempotency = "honour" if lookup else "ignore"
-    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency=idempotency) as server:
+    with FakeOpenAIServer(api_key=FAKE_API_KEY,
+                          idempotency="honour" if lookup else "ignore") as server:
         stack = own_stack("paid" + ("lookup" if lookup else "nolookup"), roles=SMALL)
         _http_provider(stack, server)
         stack.start_roles()
