@@ -143,6 +143,7 @@ class NamespacedStack(Stack):
     """Workers of ``host`` run in that host's namespaces with the URLs it reaches."""
 
     hosts: dict[str, tuple[NetHost, dict[str, str]]]
+    _next: tuple[NetHost, str, Path] | None = None
 
     def namespaced(self, host: str, role: str, **options: Any) -> subprocess.Popen[bytes]:
         net, urls = self.hosts[host]
@@ -156,7 +157,7 @@ class NamespacedStack(Stack):
 
     def _spawn(self, command: list[str] | str, log_name: str,
                env: dict[str, str] | None = None) -> Any:
-        wrap = getattr(self, "_next", None)
+        wrap = self._next
         if wrap is not None and isinstance(command, list):
             net, host, home = wrap
             self.names[-1] = self.names[-1].rsplit("@", 1)[0] + f"@{host}"
