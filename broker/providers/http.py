@@ -240,26 +240,29 @@ class OpenAIImagesProvider(_OpenAIAdapter):
         prompt = payload.get("prompt", "")
         size = payload.get("size", "1024x1024")
         model = payload.get("model", "local-image-1")
-        ref = self._store_image(capability, call, data)
-        width, height = self._dimensions(ref, size)
+        ref, image = self._store_image(capability, call, data)
+        width, height = self._dimensions(ref, image, size)
         result = {"artifact": ref.to_json(), "width": width, "height": height, "size": size,
                   "model": model, "seed": payload.get("seed"), "prompt": prompt}
         usage = {"images": 1, **(data.get("usage") or {})}
         return ProviderResult(result=result, usage=usage, cost=capability.unit_price)
 
     def _store_image(self, capability: Capability, call: CallContext,
-                     data: dict[str, Any]) -> ArtifactRef:
+                     data: dict[str, Any]) -> tuple[ArtifactRef, bytes]:
         try:
             encoded = data["data"][0]["b64_json"]
             image = base64.b64decode(encoded, validate=True)
         except (KeyError, IndexError, TypeError, binascii.Error):
             raise _bad_response(capability, call, "expected data[0].b64_json with base64 "
                                 "image bytes") from None
-        return self.artifacts.put(image, _media_type(image))
+        return self.artifacts.put(image, _media_type(image)), image
 
-    def _dimensions(self, ref: ArtifactRef, size: str) -> tuple[int | None, int | None]:
+    def _dimensions(self, ref: ArtifactRef, image: bytes, size: str
+                    ) -> tuple[int | None, int | None]:
+        # From the bytes in hand, never read back from the artifact store: that store may
+        # be away by now, and the answer is paid.
         if ref.media_type == png.MEDIA_TYPE:
-            return png.decode_size(self.artifacts.get(ref))
+            return png.decode_size(image)
         try:
             width, height = (int(side) for side in size.split("x"))
         except ValueError:

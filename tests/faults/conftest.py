@@ -41,10 +41,20 @@ def private_services(tmp_path_factory: pytest.TempPathFactory
 
 
 class FaultStack(Stack):
-    def __init__(self, tmp_path: Path, postgres: PrivatePostgres, redis: PrivateRedis
-                 ) -> None:
-        url = postgres.create_database("revise_faults")
+    """``database``: a stack of its own on the shared private servers (one database each);
+    ``roles``, ``role_env`` (extra environment per role) and ``worker_args`` (extra
+    ``celery worker`` options per role) shape one test's stack."""
+
+    def __init__(self, tmp_path: Path, postgres: PrivatePostgres, redis: PrivateRedis,
+                 *, database: str = "revise_faults",
+                 roles: tuple[tuple[str, str, int], ...] = ROLES,
+                 role_env: dict[str, dict[str, str]] | None = None,
+                 worker_args: dict[str, list[str]] | None = None) -> None:
+        url = postgres.create_database(database)
         super().__init__(tmp_path, url, redis.url, **QUEUE)
+        self.roles = roles
+        self.role_env = dict(role_env or {})
+        self.worker_args = dict(worker_args or {})
         self.postgres = postgres
         self.redis = redis
         for key, value in SETTINGS.items():
@@ -56,9 +66,17 @@ class FaultStack(Stack):
 
     def start_roles(self) -> None:
         self.current = {role: self.worker(role, pool=pool, concurrency=concurrency,
-                                          index=self.generation, beat=role == "reconcile")
-                        for role, pool, concurrency in ROLES}
+                                          index=self.generation, beat=role == "reconcile",
+                                          env=self.role_env.get(role))
+                        for role, pool, concurrency in self.roles}
         self.wait_ready(120)
+
+    def _spawn(self, command: list[str] | str, log_name: str,
+               env: dict[str, str] | None = None) -> Any:
+        extra = self.worker_args.get(log_name.rstrip("0123456789"), [])
+        if extra and isinstance(command, list):
+            command = [*command, *extra]
+        return super()._spawn(command, log_name, env)
 
     def dead_roles(self) -> list[str]:
         """Roles of the running generation whose worker process exited."""
