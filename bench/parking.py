@@ -7,9 +7,10 @@ Prints, per N: makespan / ideal (ideal = K x L: every job's calls back to back, 
 jobs at once), the most provider calls in flight at once (from the provider log's
 intent and outcome lines), and the calls paid (every job pays exactly K). Ratios, read
 within one run: the machine's speed drifts. The default is a short run; the issue's
-N = 100 and 300 are `--jobs 20 100 300`.
+N = 100 and 300 are `--jobs 20 100 300`; `--park-after 0.5 0.1` compares thresholds.
 
     python bench/parking.py [--jobs 20] [--calls 4] [--latency 2] [--slots 2]
+                            [--park-after 0.5 ...] [--without-off]
 """
 
 from __future__ import annotations
@@ -81,7 +82,11 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--latency", type=float, default=2.0)
     parser.add_argument("--slots", type=int, default=2)
-    parser.add_argument("--park-after", type=float, default=0.5)
+    parser.add_argument("--park-after", type=float, nargs="+", default=[0.5],
+                        help="park thresholds to compare with parking off")
+    parser.add_argument("--without-off", action="store_true",
+                        help="skip the run with parking off (its makespan is about "
+                        "ceil(N / slots) x K x L)")
     opts = parser.parse_args()
     print(f"{opts.calls} sequential calls of {opts.latency:g} s per job, {opts.slots} sandbox "
           f"slots, process sandbox; {time.strftime('%Y-%m-%d')}")
@@ -89,7 +94,8 @@ def main() -> None:
     print("|---|---|---|---|---|")
     with tempfile.TemporaryDirectory(prefix="revise-bench-park-") as tmp:
         for jobs in opts.jobs:
-            for park_after in (None, opts.park_after):
+            thresholds = [] if opts.without_off else [None]
+            for park_after in [*thresholds, *opts.park_after]:
                 with contextlib.ExitStack() as stack:
                     database_url = stack.enter_context(scratch_database(PG_ADMIN))
                     home = Path(tmp) / uuid.uuid4().hex[:8]

@@ -195,9 +195,8 @@ def result_from_log(store: RunStore, log_path: Path, run_id: str,
     lines = [e for e in ProviderLog(log_path).read()
              if e.get("run_id") == run_id and e.get("identity") == str(ident)]
     if not lines:
-        raise InputError(f"{log_path} has no line for {ident} in run {run_id!r}: the provider "
-                         "log of the broker worker that ran it (its REVISE_HOME) has it, if "
-                         "the provider was called")
+        raise InputError(f"{log_path} has no line for {ident} in run {run_id!r}. "
+                         + _dispatch_record(attempt))
     ok = [e for e in lines if e.get("outcome") == "ok"]
     sent = [e for e in lines if e.get("outcome") == "sent" and e.get("digest") == attempt.digest]
     if sent and not any(e.get("digest") == attempt.digest for e in ok):
@@ -272,6 +271,27 @@ def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
             log.warning("attempt #%s at %s stays open: %s", attempt.number,
                         attempt.identity, exc.message)
     return decided
+
+
+def _dispatch_record(attempt: AttemptRecord) -> str:
+    """What the run store knows of the attempt's dispatch, from any host: where to look
+    next when this host's provider log has nothing of it."""
+    if attempt.sent_at is None:
+        return (f"The run store says attempt #{attempt.number} never sent its request (no "
+                "dispatch record): nothing can have been paid, so --abandon is safe")
+    key = attempt.idempotency_key or "(none)"
+    if attempt.answered_at is not None:
+        answered = (f"and an answer came back at {attempt.answered_at:%Y-%m-%d %H:%M:%S} "
+                    "UTC, but it was never committed")
+    else:
+        answered = "and no answer was recorded"
+    return (f"The run store says attempt #{attempt.number} sent its request at "
+            f"{attempt.sent_at:%Y-%m-%d %H:%M:%S} UTC under idempotency key {key} "
+            f"{answered}: the provider may have done and charged the work. The provider "
+            f"log of the broker worker that ran it ({attempt.owner}, its REVISE_HOME) may "
+            "hold the answer; else ask the provider for that key (`--from-provider` where "
+            "it offers a lookup) and commit its result with --result FILE, or --abandon if "
+            "it never ran")
 
 
 def _sent_only(log_path: Path, ident: Identity, run_id: str, line: dict[str, Any]) -> str:

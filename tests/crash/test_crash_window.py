@@ -105,6 +105,22 @@ def test_kill_mid_call_leaves_the_intent_line_and_from_log_says_what_to_do(home,
     assert [a.status for a in open_attempts(services)] == [AttemptStatus.UNRESOLVED]
 
 
+def test_from_log_on_another_host_says_what_the_run_store_knows(home, services, tmp_path):
+    """The killed broker's provider log is on its own host; another host's log has no line
+    for the call: the run store's dispatch record says the request left, when, under
+    which key, and who ran it."""
+    assert run_child(home, "crash", "crash_seq", mode="mid-call") == KILLED
+    (line,) = provider_lines(home)
+    assert sweep(services.store, services.settings.attempt_lease_seconds)
+    elsewhere = tmp_path / "another-host" / "provider-log.jsonl"
+    with pytest.raises(InputError, match="sent its request at") as caught:
+        result_from_log(services.store, elsewhere, "crash", "orchestrate/#0@:0")
+    (attempt,) = open_attempts(services)
+    for part in (line["idempotency_key"], "no answer was recorded", attempt.owner,
+                 "--from-provider", "--result FILE", "--abandon"):
+        assert part in str(caught.value)
+
+
 def test_three_concurrent_attempts_killed_at_a_barrier_all_block(home, services):
     assert run_child(home, "crash", "crash_fanout", mode="barrier") == KILLED
     assert len(open_attempts(services)) == 3
