@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass
 
 from broker.errors import AnnotationError
+from orchestrator.checker.reach import executions
 from orchestrator.sites import (
     AT_FUNCTION,
     FN_FUNCTION,
@@ -96,7 +97,8 @@ def _site_keyword(text: str, offsets: _Offsets, call: ast.Call, local: str
 
 def annotate(text: str, tree: ast.Module | None = None) -> Annotated:
     tree = tree if tree is not None else ast.parse(text)
-    table = site_table(tree)
+    unwrap_at(tree)  # the bounds are asked about the calls as the script wrote them
+    table = site_table(tree, executions(tree))
     offsets = _Offsets(text)
     # (position, order, text); at one position the piece inserted last ends up first,
     # so a wrapper's ")" (0) lands before a `_site=` keyword (1) before an opening (2).

@@ -112,6 +112,7 @@ class _Race:
 @dataclass
 class _State:
     expected: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
+    calls_at: dict[str, int] = field(default_factory=dict)  # frames admitted per site
     last_seq: int = 0
     races: dict[tuple[str, tuple[int, ...], int], _Race] = field(default_factory=dict)
 
@@ -463,6 +464,14 @@ class Session:
                 raise SandboxProtocolError(f"occurrence {occurrence} at {site} path {path}; "
                                            f"the host expects {expected}", site=site)
             self._state.expected[key] = expected + 1
+            made = self._state.calls_at.get(site, 0) + 1
+            bound = self.whitelist[site].max_calls
+            if bound is not None and made > bound:
+                raise SandboxProtocolError(
+                    f"call {made} at {site}: the admitted script can make at most {bound} "
+                    "there (its loop and fanout bounds); the sandbox named identities the "
+                    "script cannot reach", site=site)
+            self._state.calls_at[site] = made
         return raw
 
     def _identity(self, site: str, path: list[int], occurrence: int) -> Identity:

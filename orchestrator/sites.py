@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
@@ -69,6 +69,9 @@ class Site:
     # The call's ``take=N`` when it is a literal (1 without one); None when it is computed
     # (``take=i + 1`` in a bounded loop): then the frame's take is only range-checked.
     take: int | None = 1
+    # How many calls the script can make here in one revision (the product of the
+    # static loop bounds along the chain); None when that has no static bound.
+    max_calls: int | None = None
 
 
 def is_site_call(node: ast.AST) -> TypeGuard[ast.Call]:
@@ -386,15 +389,18 @@ class SiteTable:
         return {s.site: s for s in self.sites}
 
 
-def site_table(tree: ast.Module) -> SiteTable:
-    """Sites of a parsed script (``__at__`` tags, if any, are unwrapped first)."""
+def site_table(tree: ast.Module, executions: Callable[[ast.AST], int | None] | None = None
+               ) -> SiteTable:
+    """Sites of a parsed script (``__at__`` tags, if any, are unwrapped first).
+    ``executions(call)`` says how many times a call can run in its function (the
+    checker's bounds, ``orchestrator.checker.reach``); without it no site is bounded."""
     unwrap_at(tree)
     program = _Program(tree)
     local = _LocalSites(program)
     sites: dict[str, Site] = {}
-    roots = [f for f in program.functions if f.qualname == ENTRY]
-    for root in roots:
-        _walk_chain(program, local, root, (), (), None, [], sites)
+    walk = _Chains(program, local, executions or (lambda node: None), sites)
+    for root in [f for f in program.functions if f.qualname == ENTRY]:
+        walk.function(root, (), (), None, 1, [])
     return SiteTable(tuple(sites.values()), local.calls, _handed(program, local))
 
 
@@ -408,44 +414,58 @@ def _handed(program: _Program, local: _LocalSites) -> frozenset[int]:
                      and any(program.is_effectful(t) for t in targets))
 
 
-def _walk_chain(program: _Program, local: _LocalSites, function: _Function,
-                chain: tuple[str, ...], chain_fps: tuple[str, ...], entry_line: int | None,
-                stack: list[int], out: dict[str, Site]) -> None:
-    if id(function.node) in stack:
-        return  # recursion: the checker refuses it; never loop here
-    stack.append(id(function.node))
-    for call in local.by_function.get(id(function.node), []):
-        line = entry_line if entry_line is not None else call.node.lineno
-        if not call.helpers:
-            _add_site(out, call, chain, chain_fps, line)
-            continue
-        for helper in call.helpers:
-            _walk_chain(program, local, helper, (*chain, call.local),
-                        (*chain_fps, arguments_fingerprint(call.node)), line, stack, out)
-    # Helpers handed over as values (ctx.pipeline stages, ctx.dag nodes) run on this chain.
-    counted = {id(c.node.func) for c in local.by_function.get(id(function.node), [])}
-    for name, targets in program.references(function):
-        if id(name) in counted:
-            continue
-        for target in targets:
-            if program.is_effectful(target):
-                _walk_chain(program, local, target, chain, chain_fps, entry_line, stack, out)
-    stack.pop()
+class _Chains:
+    """The walk from ``orchestrate`` down every helper call to the capability calls."""
 
+    def __init__(self, program: _Program, local: _LocalSites,
+                 executions: Callable[[ast.AST], int | None], out: dict[str, Site]) -> None:
+        self.program, self.local, self.executions, self.out = program, local, executions, out
 
-def _add_site(out: dict[str, Site], call: LocalCall, chain: tuple[str, ...],
-              chain_fps: tuple[str, ...], entry_line: int) -> None:
-    node = call.node
-    own = fingerprint(node)
-    name = ">".join((*chain, call.local))
-    out[name] = Site(
-        site=name, capability=capability_of(node), fingerprint=own,
-        chain_fingerprint=sha256_hex("|".join((*chain_fps, own))),
-        line=node.lineno, col=node.col_offset, end_line=node.end_lineno or node.lineno,
-        end_col=node.end_col_offset or 0, entry_line=entry_line, take=_literal_take(node))
-    if len(out) > MAX_SITES:
-        raise AnnotationError(f"the script reaches more than {MAX_SITES} call sites through "
-                              "its helpers; call fewer helpers from fewer places")
+    def function(self, function: _Function, chain: tuple[str, ...], chain_fps: tuple[str, ...],
+                 entry_line: int | None, bound: int | None, stack: list[int]) -> None:
+        if id(function.node) in stack:
+            return  # recursion: the checker refuses it; never loop here
+        stack.append(id(function.node))
+        calls = self.local.by_function.get(id(function.node), [])
+        for call in calls:
+            line = entry_line if entry_line is not None else call.node.lineno
+            runs = self.executions(call.node)
+            here = None if bound is None or runs is None else bound * runs
+            if not call.helpers:
+                self._add(call, chain, chain_fps, line, here)
+                continue
+            for helper in call.helpers:
+                self.function(helper, (*chain, call.local),
+                              (*chain_fps, arguments_fingerprint(call.node)), line, here, stack)
+        # Helpers handed over as values (ctx.pipeline stages, ctx.dag nodes) run on this
+        # chain, as often as the fanout that takes them wants: no static bound here.
+        counted = {id(c.node.func) for c in calls}
+        for name, targets in self.program.references(function):
+            if id(name) in counted:
+                continue
+            for target in targets:
+                if self.program.is_effectful(target):
+                    self.function(target, chain, chain_fps, entry_line, None, stack)
+        stack.pop()
+
+    def _add(self, call: LocalCall, chain: tuple[str, ...], chain_fps: tuple[str, ...],
+             entry_line: int, bound: int | None) -> None:
+        node = call.node
+        own = fingerprint(node)
+        name = ">".join((*chain, call.local))
+        seen = self.out.get(name)
+        if seen is not None:  # reached on two ways: both count
+            bound = None if bound is None or seen.max_calls is None else \
+                bound + seen.max_calls
+        self.out[name] = Site(
+            site=name, capability=capability_of(node), fingerprint=own,
+            chain_fingerprint=sha256_hex("|".join((*chain_fps, own))),
+            line=node.lineno, col=node.col_offset, end_line=node.end_lineno or node.lineno,
+            end_col=node.end_col_offset or 0, entry_line=entry_line,
+            take=_literal_take(node), max_calls=bound)
+        if len(self.out) > MAX_SITES:
+            raise AnnotationError(f"the script reaches more than {MAX_SITES} call sites "
+                                  "through its helpers; call fewer helpers from fewer places")
 
 
 def _literal_take(node: ast.Call) -> int | None:

@@ -188,3 +188,54 @@ async def orchestrate(ctx, args):
 """
     assert [s.site for s in assign_sites(ast.parse(before))] == [
         s.site for s in assign_sites(ast.parse(after))]
+
+
+def test_each_site_is_bounded_by_the_loops_and_fanouts_on_its_chain() -> None:
+    """The host admits at most this many calls at a site in one revision (issue 28.1)."""
+    from orchestrator.annotate import annotate
+
+    source = '''
+async def orchestrate(ctx, args):
+    async def gen(prompt):
+        return await ctx.run("image.generate", {"prompt": prompt})
+
+    async def twice(prompt):
+        for k in range(2):
+            await gen(prompt + str(k))
+
+    once = await ctx.run("image.generate", {"prompt": "x"})
+    shots = await ctx.parallel([gen(p) for p in args["prompts"][:8]])
+    for i in range(3):
+        for j in ["a", "b"]:
+            await twice(j)
+    best = await ctx.race([gen("q"), gen("r")])
+    return 1
+'''
+    bounds = {s.site: s.max_calls for s in annotate(source).sites}
+    assert bounds == {
+        "orchestrate/#0": 1,
+        "orchestrate/#1>orchestrate.gen/#0": 8,
+        "orchestrate/for0/for0/#0>orchestrate.twice/for0/#0>orchestrate.gen/#0": 12,
+        "orchestrate/#2": 1,
+        "orchestrate/#3>orchestrate.gen/#0": 1,
+        "orchestrate/#4>orchestrate.gen/#0": 1,
+    }
+
+
+def test_a_site_without_a_static_bound_keeps_none() -> None:
+    from orchestrator.annotate import annotate
+
+    source = '''
+async def orchestrate(ctx, args):
+    async def stage(x):
+        return await ctx.run("text.generate", {"prompt": x})
+
+    while True:
+        await ctx.run("image.generate", {"prompt": "w"})
+        break
+    for p in args["prompts"]:
+        await ctx.run("image.generate", {"prompt": p})
+    return await ctx.pipeline([stage], ["a", "b"])
+'''
+    bounds = {s.site: s.max_calls for s in annotate(source).sites}
+    assert set(bounds.values()) == {None}, bounds

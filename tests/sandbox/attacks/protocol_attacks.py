@@ -58,6 +58,13 @@ PROTOCOL: list[Attack] = [
            "a sequence number that goes back"),
     _proto("seq-not-int", 'batch(frame("1"))', "a string sequence number"),
     _proto("seq-bool", "batch(frame(True))", "a boolean sequence number"),
+    _proto("paths-invented", "batch(*[frame(i + 1, path=[i]) for i in range(40)])",
+           "40 calls at fanout paths the script never enters, each a new identity and a "
+           "new payment (the admitted script can call there once)"),
+    _proto("occurrences-past-bound", '''
+send({"t": "batch", "nonce": nonce, "frames": [frame(1, path=[3])], "more": True})
+batch(frame(2, path=[3], occurrence=1, payload={"prompt": "y"}))''',
+           "a second call at a site the admitted script reaches once, at a made-up path"),
     _proto("path-negative", "batch(frame(1, path=[-1]))", "a negative fanout path"),
     _proto("path-too-long", "batch(frame(1, path=[0] * 1000))", "a 1000-deep fanout path"),
     _proto("occurrence-float", "batch(frame(1, occurrence=0.0))", "a float occurrence"),
