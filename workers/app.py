@@ -23,7 +23,7 @@ from workers.kombu_redis import share_clients, tolerate_released_channels
 from workers.routing import SWEEP_TASK, Routing
 
 TASK_MODULES = ("workers.dispatcher", "workers.sandbox_worker", "workers.capability",
-                "workers.reconciler", "workers.admin", "workers.preflight")
+                "workers.reconciler", "workers.preflight")
 
 
 class ReviseCelery(Celery):

@@ -16,7 +16,6 @@ DISPATCH_TASK = "revise.dispatch"
 SANDBOX_TASK = "revise.sandbox"
 CAPABILITY_TASK = "revise.capability"
 SWEEP_TASK = "revise.reconcile.sweep"
-RECONCILE_TASK = "revise.reconcile.attempt"
 
 ROLES = ("dispatch", "sandbox", "capabilities", "reconcile")
 

@@ -65,6 +65,7 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
                         "revision": revision if type(revision) is int else None,
                         "status": "failed", "deliveries": 0, "error": exc.to_json()})
     try:
+        _as_recorded(self.context, job, self.request.id)
         return _deliver(self, job)
     except StoreUnavailable as exc:
         # The store is away: nothing true can be written now. The job goes back to the
@@ -78,6 +79,26 @@ def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
 
 _STORE_RETRY_SECONDS = 3.0
 _STORE_RETRIES = 100  # about five minutes of outage
+
+
+def _as_recorded(ctx: WorkerContext, job: dict[str, Any], task_id: str) -> None:
+    """Run only a job the dispatcher recorded, exactly as it recorded it: source, args,
+    admission (sites and their bounds) and envelope. Anyone who can write to Redis can
+    queue a message; only the dispatcher writes the run store. Anything else is dropped
+    (acknowledged, no result) and said loudly."""
+    stored = ctx.store.get_job(job["job_id"])
+    if stored is not None and stored.message == job:
+        return
+    what = ("no job with this id was ever accepted" if stored is None else
+            "it differs from the job the dispatcher recorded")
+    log.error("sandbox task %s dropped: %s (a forged or corrupted queue message)", task_id,
+              what)
+    if stored is not None:
+        ctx.store.add_event(stored.run_id, "forged_delivery", f"a sandbox message for job "
+                            f"{stored.job_id} was dropped: {what}; the recorded job runs "
+                            "as recorded", revision=stored.revision,
+                            data={"task_id": task_id[:200]})
+    raise Ignore()
 
 
 def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import pytest
 from broker.envelope import Envelope
 from broker.owner import owner_alive
 from broker.records import AttemptStatus
-from workers.routing import RECONCILE_TASK
+from orchestrator.reconcile import reconcile_attempt
 
 from ..workers.conftest import script, wait_for
 from .conftest import HOST_A, HOST_B, provider_log, revise, share_object_store
@@ -108,9 +108,8 @@ def test_a_broker_worker_killed_on_host_b_is_recovered_by_the_lease(make_stack, 
     assert stopped["error"]["type"] == "AttemptUnresolved"
     (killed_call,) = provider_log(stack.tmp_path / HOST_B)  # the request left, no answer
     assert (killed_call["identity"], killed_call["outcome"]) == ("orchestrate/#0@:0", "sent")
-    decision = stack.client.app.send_task(
-        RECONCILE_TASK, args=["run-crash", "orchestrate/#0@:0"],
-        kwargs={"operator": "ana", "reason": "the provider has no record of it"}).get(30)
+    decision = reconcile_attempt(stack.store, "run-crash", "orchestrate/#0@:0",
+                                 operator="ana", reason="the provider has no record of it")
     assert decision["decision"] == "abandoned"
     again = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash").wait(90)
     assert again["status"] == "succeeded" and again["calls"]["executed"] == 2

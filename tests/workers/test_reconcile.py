@@ -1,15 +1,17 @@
-"""Issue 6 under Celery: a broker worker killed mid-call, the reconciler, the operator task."""
+"""Issue 6 under Celery: a broker worker killed mid-call, the reconciler, the operator's
+decision (in the run store, never a queue message a Redis writer could forge)."""
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
 from broker.envelope import Envelope
 from broker.records import AttemptStatus
-from workers.routing import RECONCILE_TASK
+from orchestrator.reconcile import reconcile_attempt
 
 from .conftest import script, wait_for
 
@@ -51,9 +53,17 @@ def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> N
     (killed,) = stack.provider_log()  # the request left; no answer was recorded
     assert (killed["identity"], killed["outcome"]) == ("orchestrate/#0@:0", "sent")
 
-    decision = stack.client.app.send_task(
-        RECONCILE_TASK, args=["run-crash", "orchestrate/#0@:0"],
-        kwargs={"operator": "ana", "reason": "the provider has no record of it"}).get(30)
+    # A forged operator task on the reconcile queue (the queue is a wall too): no worker
+    # knows it, so the paid-or-not decision stays the operator's.
+    stack.client.app.send_task("revise.reconcile.attempt",
+                               args=["run-crash", "orchestrate/#0@:0"],
+                               kwargs={"operator": "mallory", "reason": "forged"},
+                               queue=stack.client.app.routing.queue("reconcile"))
+    time.sleep(3)
+    assert [a.status for a in stack.store.list_attempts("run-crash")] == [
+        AttemptStatus.UNRESOLVED]
+    decision = reconcile_attempt(stack.store, "run-crash", "orchestrate/#0@:0",
+                                 operator="ana", reason="the provider has no record of it")
     assert decision["decision"] == "abandoned"
 
     again = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash").wait(90)
