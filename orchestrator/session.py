@@ -107,12 +107,18 @@ class SessionResult:
 class _Race:
     identity: Identity
     branches: list[dict[str, Any] | None]
+    path: tuple[int, ...]  # the race's own fanout path (its branches' are one longer)
+    sites: list[str | None]  # each branch's first call site as its frames name it
 
 
 @dataclass
 class _State:
     expected: dict[tuple[str, tuple[int, ...]], int] = field(default_factory=dict)
     calls_at: dict[str, int] = field(default_factory=dict)  # frames admitted per site
+    # Call frames by (site, path, occurrence) -> seq, and the seqs answered with a result:
+    # what the host itself observed, which a race commit must agree with.
+    call_seqs: dict[tuple[str, tuple[int, ...], int], int] = field(default_factory=dict)
+    answered_ok: set[int] = field(default_factory=set)
     last_seq: int = 0
     races: dict[tuple[str, tuple[int, ...], int], _Race] = field(default_factory=dict)
 
@@ -424,6 +430,8 @@ class Session:
     def _answer(self, seq: int, body: dict[str, Any]) -> None:
         if self._channel is None or self._latched.is_set():
             return
+        if body.get("ok") and "result" in body:
+            self._state.answered_ok.add(seq)
         try:
             self._channel.send({"t": "answer", "seq": seq, **body})
         except ReviseError as exc:
@@ -472,6 +480,8 @@ class Session:
                     "there (its loop and fanout bounds); the sandbox named identities the "
                     "script cannot reach", site=site)
             self._state.calls_at[site] = made
+            if kind == "call":
+                self._state.call_seqs[(site, tuple(path), occurrence)] = seq
         return raw
 
     def _identity(self, site: str, path: list[int], occurrence: int) -> Identity:
@@ -531,7 +541,9 @@ class Session:
         identity = self._identity(frame["site"], frame["path"], frame["occurrence"])
         described = [self._branch(b) for b in branches]
         key = (frame["site"], tuple(frame["path"]), frame["occurrence"])
-        self._state.races[key] = _Race(identity, described)
+        sites = [b.get("site") if isinstance(b, dict) and isinstance(b.get("site"), str)
+                 else None for b in branches]
+        self._state.races[key] = _Race(identity, described, tuple(frame["path"]), sites)
         slot = self.prefix.race(
             identity, lambda committed: _find_winner(committed.result, described)[0]
             is not None)
@@ -557,6 +569,9 @@ class Session:
         if not (_is_int(winner) and 0 <= winner < len(race.branches)):
             raise SandboxProtocolError("a race commit with an invalid winner")
         branch = race.branches[winner] or {}
+        if not self._observed_win(race, winner):
+            self._answer(frame["seq"], {"ok": True})  # decided in the sandbox only: the
+            return  # next revision runs the race again, its committed calls replay
         result = {"winner": branch, "index": winner}
         site = self.whitelist[frame["site"]]
         self.store.commit(SlotRecord(
@@ -565,6 +580,20 @@ class Session:
             revision=self.revision, chain_fingerprint=site.chain_fingerprint,
             line=site.line), None)
         self._answer(frame["seq"], {"ok": True})
+
+    def _observed_win(self, race: _Race, winner: int) -> bool:
+        """Is the winner one the host saw? Its first call must have been sent to the host
+        and answered with a result; a branch that finished without a call (or after its
+        first call failed) leaves nothing the host observed, so nothing is frozen."""
+        branch, site = race.branches[winner], race.sites[winner]
+        if not branch or branch.get("finished") or site is None:
+            return False
+        seq = self._state.call_seqs.get((site, (*race.path, winner), 0))
+        if seq is None:
+            raise SandboxProtocolError(f"a race at {race.identity} committed branch {winner}, "
+                                       "whose first call the host never received",
+                                       identity=str(race.identity))
+        return seq in self._state.answered_ok
 
     def _event(self, kind: str, message: str, identity: Identity | None = None) -> None:
         try:

@@ -200,6 +200,21 @@ batch(frame(1, site="nope"))''', "out-of-band bytes on the Unix socket"),
         return "not stopped"
         ''', "race branches whose site is a list or a dict (crashed the host's handler)",
            statuses=frozenset({"succeeded", "stopped"})),
+    attack("race-winner-never-called", "protocol", '''
+        if args.get("never"):
+            await ctx.race([ctx.run("text.generate", {"prompt": "a"})])
+        sched = g["_SCHEDULER"]
+        where = {"site": "orchestrate/if0/#0", "path": [], "occurrence": 0}
+        sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [
+            {"seq": 1, "kind": "race_lookup", **where, "branches": [
+                {"site": "orchestrate/if0/#1", "capability": "text.generate",
+                 "payload": {"prompt": "a"}, "take": 1}]},
+            {"seq": 2, "kind": "race_commit", **where, "winner": 0}]})
+        imp("time").sleep(2)
+        return "not stopped"
+        ''', "a race decision for a branch whose first call the host never saw (it would "
+           "be frozen for every later revision)", error="SandboxProtocolError",
+           statuses=frozenset({"stopped"})),
     _proto("result-error-field-types", '''
 send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
     "type": "ValueError", "message": "m", "identity": 7, "line": True,
