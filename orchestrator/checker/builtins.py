@@ -137,7 +137,8 @@ DENIED_BUILTIN_REASONS: dict[str, str] = {
     "BaseException": "is too broad; raise ValueError or RuntimeError",
     "pow": "can build huge integers; use ** with small constants",
     "format": "runs format specs; use an f-string",
-    "repr": "shows memory addresses for functions and coroutines; use str() or an f-string",
+    "repr": "shows memory addresses for functions and coroutines; format data only (a "
+            "string, number, list or dict) with str() or an f-string",
     "map": "is lazy; use a list comprehension", "filter": "is lazy; use a list comprehension",
 }
 

@@ -15,7 +15,19 @@ from broker.catalog import CAPABILITY_NAMES
 from broker.errors import InputError
 from orchestrator.source import decode_source
 
-from . import api, attributes, excepts, fanout, limits, loops, names, recursion, shape, state
+from . import (
+    api,
+    attributes,
+    excepts,
+    fanout,
+    forms,
+    limits,
+    loops,
+    names,
+    recursion,
+    shape,
+    state,
+)
 from .analysis import Analysis
 from .model import CheckReport, Violation, empty_facts
 from .scope import ScriptModel
@@ -43,6 +55,9 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("R11", shape.check_finally_exits),
     ("R11", state.check_module_state),
     ("R12", recursion.check_recursion),
+    ("R00", forms.check_sizes),
+    ("R04", forms.check_text_forms),
+    ("R11", forms.check_annotations),
 )
 
 

@@ -197,6 +197,30 @@ HOSTILE: dict[str, tuple[str, str]] = {
         'return await ctx.run("image.generate", {}, take=2, retries=3)\n'), "R10"),
     "take-twice-via-kwargs": (_script(
         'return await ctx.run("image.generate", {}, take=2, **{"take": 3})\n'), "R10"),
+    # ---- sizes as arguments, text forms of non-data, annotations that run -----------------
+    "format-width": (_script('return f"{1:900000000}"\n'), "R00"),
+    "format-precision": (_script('return f"{1.5:.900000000f}"\n'), "R00"),
+    "format-width-variable": (_script('w = 9\nreturn f"{1:{w}}"\n'), "R00"),
+    "center-huge": (_script('return "a".center(10 ** 9)\n'), "R00"),
+    "ljust-variable": (_script('n = 5\nreturn "a".ljust(n)\n'), "R00"),
+    "rjust-keyword": (_script('return "a".rjust(width=10 ** 9)\n'), "R00"),
+    "zfill-huge": (_script('return "1".zfill(999999999)\n'), "R00"),
+    "expandtabs-keyword": (_script('return "\\t".expandtabs(tabsize=10 ** 9)\n'), "R00"),
+    "str-of-function": (_with_helper("return str(helper)\n"), "R04"),
+    "fstring-of-function": (_with_helper('return f"{helper}"\n'), "R04"),
+    "str-of-coroutine": (_with_helper("c = helper()\ns = str(c)\nawait c\nreturn s\n"),
+                         "R04"),
+    "fstring-of-call": (_with_helper('return f"{helper()}"\n'), "R04"),
+    "str-of-ctx-awaitable": (_script('return str(ctx.run("image.generate", {}))\n'), "R04"),
+    "str-of-genexp": (_script("return str(x for x in [1])\n"), "R04"),
+    "ascii-of-zip": (_script("return ascii(zip([1], [2]))\n"), "R04"),
+    "fstring-of-map-alias": (_script('m = map(str, [1])\nreturn f"{m}"\n'), "R04"),
+    "annotation-call": (_script("return 1\n", before="def probe(x: print('hi')):\n"
+                                "    return x\n\n\n"), "R11"),
+    "return-annotation-comprehension": (_script(
+        "return 1\n", before="def probe(x) -> [i for i in range(10)]:\n    return x\n\n\n"),
+        "R11"),
+    "module-annotated-assignment": ("X: len([1]) = 1\n" + _script("return X\n"), "R11"),
 }
 
 
@@ -227,6 +251,13 @@ def test_escape_names_say_why(name: str) -> None:
 
 # Legitimate scripts a model writes; every one must be accepted unchanged.
 LEGITIMATE: dict[str, str] = {
+    "padding-and-specs": _script('x = 3.14159\nn = len(args)\nreturn [f"{x:.2f}", f"{n:>10}", '
+                                 '"a".ljust(12), "7".zfill(3), f"{n:,}"]\n'),
+    "text-of-results": _script('r = await ctx.run("text.generate", {"prompt": "a"})\n'
+                               'rows = list(zip([1], [2]))\nreturn str(r) + f"{r} {rows}"\n'),
+    "type-annotations": _script("n: int = 3\nreturn await helper(n)\n",
+                                before="async def helper(n: int) -> list[str] | None:\n"
+                                "    return [str(n)]\n\n\n"),
     "join-strip-lower": _script(
         'parts = [p.strip().lower() for p in args["parts"][:8]]\nreturn ", ".join(parts)\n'),
     "dict-get-default": _script('return args.get("k", "") + str(args.get("n", 0))\n'),

@@ -131,6 +131,34 @@ CHECKER: list[Attack] = [
     attack("keyword-builtins", "checker", '''
         return dict(__builtins__=args, __import__=1)
         ''', route=None, tries="dunder keyword names"),
+    attack("format-width-huge", "checker", '''
+        return f"{1:900000000}"[:10]
+        ''', route=None, statuses=frozenset({"failed", "stopped"}),
+        tries="a constant format width that is never folded allocates 900 MB"),
+    attack("padding-huge", "checker", '''
+        n = 2 ** 29
+        return [len("a".center(n)), len("b".zfill(n)), len("\\t".expandtabs(n))]
+        ''', route=None, statuses=frozenset({"failed", "stopped"}),
+        tries="str.center/zfill/expandtabs with a huge size from a variable"),
+    attack("address-in-payload", "checker", '''
+        async def helper():
+            return 1
+        pending = helper()
+        text = str(helper) + f"{pending}" + str(x for x in [1])
+        await pending
+        return text
+        ''', route=None, statuses=frozenset({"succeeded", "failed", "stopped"}),
+        tries="memory addresses through str() and f-strings of a function, a coroutine "
+        "and an iterator (non-deterministic text that would reach a payload)"),
+    attack("module-annotation-runs", "checker", '''
+        return 1
+        ''', route=None, before='''
+        def probe(x: [len([1]) for _ in range(10 ** 8)]) -> str(1):
+            return x
+
+
+        ''', statuses=frozenset({"succeeded", "failed", "stopped"}),
+        tries="an annotation outside orchestrate that computes when the module loads"),
     attack("accepted-terminal-escape", "checker", '''
         raise ValueError("done" + chr(27) + "]52;c;cHduZWQ=" + chr(27) + "\\\\" + chr(27) + "c")
         ''', route=None, checker="harmless", statuses=frozenset({"failed"}),
