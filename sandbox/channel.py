@@ -20,9 +20,11 @@ import time
 from typing import Any
 
 from broker.errors import SandboxProtocolError, SandboxTimeout
+from sandbox.language import MAX_VALUE_DEPTH, too_deep
 
 _HEADER = struct.Struct(">I")
-MAX_DEPTH = 64
+# A frame's payload sits three levels in (message, frames, frame); a result, one.
+MAX_DEPTH = MAX_VALUE_DEPTH + 4
 # json.loads turns a \\uD800-\\uDFFF escape that is not half of a pair into a lone
 # surrogate: a str the host can neither hash, store nor print (UnicodeEncodeError). Where
 # the raw text has such an escape, the decoded message is checked whole.
@@ -51,23 +53,6 @@ def decode_message(data: bytes) -> dict[str, Any]:
             raise SandboxProtocolError("the sandbox sent a string with a lone surrogate (not "
                                        "valid Unicode text)") from None
     return value
-
-
-def too_deep(value: Any, limit: int) -> bool:
-    """Iterative depth check (a recursive one is what a hostile message would target)."""
-    stack = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def encode_message(message: dict[str, Any]) -> bytes:

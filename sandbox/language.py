@@ -16,6 +16,28 @@ CTX_METHODS = ("run", "parallel", "pipeline", "dag", "race", "log")
 RUN_KEYWORDS = ("take",)
 MAX_TAKE = 100
 
+# How deep a payload, a result or a constant may nest (lists and dicts): one limit for
+# the checker (constants), the runtime (payloads and the result, refused with a clear
+# error) and the host (which allows a message the few levels that wrap a value).
+MAX_VALUE_DEPTH = 32
+
+
+def too_deep(value, limit=MAX_VALUE_DEPTH):
+    """Iterative depth check (a recursive one is what a hostile value would target)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
 # Errors a script may raise and catch by name.
 CATCHABLE_ERRORS = (
     "CapabilityError", "ValueError", "KeyError", "IndexError", "TypeError",

@@ -739,6 +739,9 @@ class Context:
             dumps(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload for {capability} is not JSON: {exc}") from None
+        if language.too_deep(payload):
+            raise ValueError(f"payload for {capability} nests deeper than "
+                             f"{language.MAX_VALUE_DEPTH} levels of lists and dicts")
         return _Call(capability, payload, take, _site)
 
     def parallel(self, calls):
@@ -850,6 +853,9 @@ def _execute(job):
         if root.error is not None:
             raise root.error
         dumps(root.value)
+        if language.too_deep(root.value):
+            raise ValueError(f"the result nests deeper than {language.MAX_VALUE_DEPTH} "
+                             "levels of lists and dicts; return a flatter value")
         return {"ok": True, "result": root.value, "logs": ctx._logs,
                 "seconds": time.monotonic() - started}
     except ScriptStopped as stop:

@@ -17,6 +17,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 from orchestrator.source import MAX_SOURCE_BYTES
+from sandbox.language import MAX_VALUE_DEPTH
 
 from .consts import MAX_INT_BITS, MAX_STR_LEN, TooLarge, check_value, fold
 from .model import Violation
@@ -209,6 +210,33 @@ def huge_literals(model: ScriptModel) -> list[Violation]:
             fold(root, model.env)
         except TooLarge as exc:
             found.append(_huge(exc, root))
+    return found + _deep_displays(model)
+
+
+_DISPLAYS = (ast.List, ast.Tuple, ast.Dict, ast.Set)
+
+
+def _deep_displays(model: ScriptModel) -> list[Violation]:
+    """List, tuple, dict and set displays nested deeper than a value may be (the limit
+    the runtime and the host hold payloads and results to)."""
+    found = []
+    for kind in _DISPLAYS:
+        for node in model.buckets.get(kind, ()):
+            if isinstance(model.parents.get(id(node)), _DISPLAYS):
+                continue  # measured from its outermost display
+            stack: list[tuple[ast.AST, int]] = [(node, 1)]
+            while stack:
+                item, depth = stack.pop()
+                if depth > MAX_VALUE_DEPTH:
+                    found.append(_r00(node.lineno, f"a constant nests deeper than "
+                                      f"{MAX_VALUE_DEPTH} levels of lists and dicts",
+                                      "flatten it: payloads and results may nest at most "
+                                      f"{MAX_VALUE_DEPTH} levels"))
+                    break
+                children = (item.values if isinstance(item, ast.Dict) else
+                            getattr(item, "elts", ()))
+                stack.extend((c, depth + 1) for c in children
+                             if isinstance(c, _DISPLAYS))
     return found
 
 

@@ -127,4 +127,19 @@ RUNTIME: list[Attack] = [
         return 1
         ''', route=None, tries="raise ctx's log-line limit and flood the host with logs",
         statuses=frozenset({"stopped", "failed"})),
+    attack("result-nested-past-the-limit", "runtime", '''
+        value = []
+        for i in range(40):
+            value = [value]
+        return value
+        ''', route=None, checker="harmless", statuses=frozenset({"failed"}),
+        error="ValueError", tries="a result nested 40 deep, which the checker and the "
+        "runtime accepted and the host refused as a protocol error (one limit now)"),
+    attack("payload-nested-past-the-limit", "runtime", '''
+        value = {"prompt": "x"}
+        for i in range(40):
+            value = {"prompt": "x", "more": value}
+        return await ctx.run("text.generate", value)
+        ''', route=None, checker="harmless", statuses=frozenset({"failed"}),
+        error="ValueError", tries="a payload nested 40 deep"),
 ]
