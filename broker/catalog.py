@@ -234,11 +234,6 @@ class Capability(BaseModel):
                 dumped[name] = normalize_text(dumped[name])
         return dumped
 
-    def validate_payload(self, payload: Any) -> dict[str, Any]:
-        """Structural check only; returns the payload as given."""
-        self.normalize(payload)
-        return payload
-
     def input_schema(self) -> dict[str, Any]:
         return self.input_model.model_json_schema()
 

@@ -117,7 +117,6 @@ class RemoteExecutor:
         self._parking = threading.Event()
         self._envelope_wire = envelope.model_dump(mode="json")
         self._budget = budget_check(envelope.budget)
-        self.timings: list[float] = []
 
     def close(self) -> None:
         """Nothing to release: each wave's tasks were waited for."""
@@ -173,7 +172,6 @@ class RemoteExecutor:
             queue=self.routing.queue("capabilities"), argsrepr=wave_summary(requests))
 
     def _execute(self, requests: list[CallRequest]) -> list[CallReport]:
-        started = time.perf_counter()
         try:
             sent = self._send(requests)
         except Exception as exc:
@@ -181,10 +179,7 @@ class RemoteExecutor:
                 raise
             return [self._outage(requests[0], f"sending the call at {requests[0].identity}",
                                  exc)]
-        try:
-            return self._wait(requests, sent)
-        finally:
-            self.timings.append(time.perf_counter() - started)
+        return self._wait(requests, sent)
 
     def _wait(self, requests: list[CallRequest], result: Any) -> list[CallReport]:
         first = requests[0]
