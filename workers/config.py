@@ -7,10 +7,12 @@ The run-level settings (database, Redis, sandbox, policies) stay in
 from __future__ import annotations
 
 from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
+
+from broker.settings import CheckedSettings
 
 
-class WorkerSettings(BaseSettings):
+class WorkerSettings(CheckedSettings):
     model_config = SettingsConfigDict(env_prefix="REVISE_CELERY_", extra="ignore", frozen=True,
                                       env_parse_none_str="none")
 
@@ -37,10 +39,13 @@ class WorkerSettings(BaseSettings):
         "workers as one capability task (claimed in one transaction); a wider wave is split "
         "into tasks of this many calls, so it spreads over broker workers")
     park_after_seconds: float | None = Field(
-        default=0.5, ge=0, description="a sandbox job whose calls have all been in flight at "
-        "broker workers for this long parks: its sandbox and its process are given back, "
-        "and it resumes (the admitted script again, its committed calls replayed) when they "
-        "are settled; `none`: never park (the job holds its slot while it waits)")
+        default=30.0, ge=0, description="a sandbox job whose calls have all been in flight at "
+        "broker workers for this long parks: its sandbox and its slot are given back, and it "
+        "resumes (the admitted script again, its committed calls replayed) when they are "
+        "settled; `none`: never park on time alone")
+    park_under_load_after_seconds: float | None = Field(
+        default=5.0, ge=0, description="parks sooner, after this long, while another job "
+        "waits on the sandbox queue for a slot; `none`: never park for load")
     reconcile_interval: float = Field(
         default=10.0, gt=0, description="seconds between the reconciler's sweeps for "
         "attempts and revisions whose worker died and jobs whose message was lost")

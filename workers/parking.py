@@ -1,9 +1,14 @@
 """Parked sandbox jobs: woken when the calls they wait for are settled.
 
-A sandbox job whose calls have all been in flight at broker workers for
-``park_after_seconds`` gives its sandbox and its process back (``workers.remote``
-decides, ``orchestrator.pipeline`` leaves the revision running, the job row says
-``parked``). Whoever settles the revision's last pending attempt wakes it: the broker
+A sandbox job whose calls have all been in flight at broker workers gives its
+sandbox and its slot back (``ParkRule`` says when, ``workers.remote`` asks it,
+``orchestrator.pipeline`` leaves the revision running, the job row says ``parked``):
+after ``park_under_load_after_seconds`` if another job waits for a sandbox slot,
+after ``park_after_seconds`` whatever. A live sandbox that waits costs a few MB and
+a thread; a resume costs a sandbox start and the replay of the calls before it (CPU),
+so a job keeps its sandbox through short waits.
+
+Whoever settles the revision's last pending attempt wakes it: the broker
 worker that committed it, the job itself right after it parked (its calls may all
 have been settled meanwhile), and the reconciler's sweep (a broker that died leaves
 its attempt unresolved, which settles it too). Waking is one conditional update
@@ -16,6 +21,9 @@ the committed calls replay, in order, for free. If the message is lost, the job 
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from broker.errors import StoreUnavailable
@@ -24,6 +32,41 @@ from workers.recovery import sandbox_task_id
 from workers.routing import SANDBOX_TASK
 
 log = logging.getLogger("revise.parking")
+
+_LOAD_LOOK_SECONDS = 1.0  # between looks at the sandbox queue once parking could help it
+
+
+@dataclass(frozen=True)
+class ParkRule:
+    """When a wave whose calls are all in flight parks its job. ``after``: whatever the
+    load (None: never); ``under_load_after``: sooner, while ``slot_wanted()`` (another
+    job waits for a sandbox slot)."""
+
+    after: float | None
+    under_load_after: float | None = None
+    slot_wanted: Callable[[], bool] = lambda: False
+
+    def due(self, sent_at: float) -> bool:
+        waited = time.monotonic() - sent_at
+        if self.after is not None and waited >= self.after:
+            return True
+        return self.under_load_after is not None and waited >= self.under_load_after \
+            and self._wanted()
+
+    def next_look(self, sent_at: float) -> float | None:
+        """Seconds until ``due`` may turn true, or None if it cannot."""
+        now = time.monotonic()
+        looks = [sent_at + self.after - now] if self.after is not None else []
+        if self.under_load_after is not None:
+            looks.append(max(sent_at + self.under_load_after - now, _LOAD_LOOK_SECONDS))
+        return max(min(looks), 0.1) if looks else None
+
+    def _wanted(self) -> bool:
+        try:
+            return self.slot_wanted()
+        except Exception as exc:  # Redis is away: no load seen, the job keeps its slot
+            log.warning("could not see whether jobs wait for a sandbox slot: %s", exc)
+            return False
 
 
 def wake(ctx: Any, app: Any, run_id: str, revision: int) -> bool:

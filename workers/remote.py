@@ -63,6 +63,7 @@ from broker.records import AttemptRecord, AttemptStatus, SlotRecord
 from broker.store import RunStore
 from workers.messages import WAVE_CALLS
 from workers.outcome import answer_of
+from workers.parking import ParkRule
 from workers.roster import Roster
 from workers.routing import CAPABILITY_TASK, Routing
 from workers.transport import Transport
@@ -97,12 +98,12 @@ class RemoteExecutor:
                  wait_seconds: float, delivery: int = 1, store: RunStore | None = None,
                  transport: Transport | None = None, brokers: Roster | None = None,
                  lease_seconds: float = 30.0, chunk: int = 16,
-                 park_after: float | None = None) -> None:
+                 park: ParkRule | None = None) -> None:
         """``store`` and ``transport`` bound each wait by the calls' liveness (without
-        them only ``wait_seconds`` does). ``park_after``: once every call of a wave has
-        been in flight at a broker worker this long, the wave answers ``Parked`` (and so
-        does every other wave still waiting): the revision's job gives its sandbox back
-        and resumes when the calls are settled (``workers.parking``)."""
+        them only ``wait_seconds`` does). ``park``: once every call of a wave is in flight
+        at a broker worker and the rule says so, the wave answers ``Parked`` (and so does
+        every other wave still waiting): the revision's job gives its sandbox back and
+        resumes when the calls are settled (``workers.parking``)."""
         self.app = app
         self.routing = routing
         self.job_id = job_id
@@ -113,7 +114,7 @@ class RemoteExecutor:
         self.brokers = brokers
         self.lease_seconds = lease_seconds
         self.chunk = max(1, min(chunk, WAVE_CALLS))
-        self.park_after = park_after
+        self.park = park or ParkRule(after=None)
         self._parking = threading.Event()
         self._envelope_wire = envelope.model_dump(mode="json")
         self._budget = budget_check(envelope.budget)
@@ -210,8 +211,7 @@ class RemoteExecutor:
             found = self._watch(requests, sent_at)
             if isinstance(found, list):
                 return found
-            if found == "in_flight" and self.park_after is not None and \
-                    time.monotonic() - sent_at >= self.park_after:
+            if found == "in_flight" and self.park.due(sent_at):
                 self._parking.set()  # every other wave still waiting parks with it
                 return [self._parked(first)]
             if found == "queued":  # still queued: is any broker worker alive to take it?
@@ -331,10 +331,8 @@ class RemoteExecutor:
     def _poll(self, left: float, sent_at: float) -> float:
         """How long to listen for the answer before looking at the store: the poll
         period, or less when the wave may park sooner."""
-        wait = min(_POLL_SECONDS, left)
-        if self.park_after is not None:
-            wait = min(wait, max(sent_at + self.park_after - time.monotonic(), 0.1))
-        return wait
+        look = self.park.next_look(sent_at)
+        return min(_POLL_SECONDS, left, _POLL_SECONDS if look is None else look)
 
     def _parked(self, request: CallRequest) -> CallReport:
         stop = Parked(f"the calls from {request.identity} on are in flight at broker workers; "

@@ -42,7 +42,7 @@ from workers.context import WorkerContext
 from workers.lease import Grant, Released, run_leased
 from workers.messages import InvalidMessage, SandboxJob, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
-from workers.parking import wake
+from workers.parking import ParkRule, wake
 from workers.recovery import count_stale_delivery, resumes_of
 from workers.remote import RemoteExecutor
 from workers.routing import SANDBOX_TASK
@@ -216,7 +216,7 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -
             wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
             store=ctx.store, transport=Transport(ctx.broker_redis), brokers=ctx.brokers,
             lease_seconds=ctx.settings.attempt_lease_seconds, chunk=ctx.queue.wave_chunk,
-            park_after=ctx.queue.park_after_seconds))
+            park=_park_rule(ctx)))
     run_id, revision = job["run_id"], job["revision"]
     admitted = Admitted(run_id, revision, decode_source(job["source"]), job["args_text"],
                         Admission.from_wire(job["admission"]),
@@ -226,6 +226,13 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -
     if report.status is RevisionStatus.PARKED:
         wake(ctx, app, run_id, revision)  # its calls may all be settled already
     return report
+
+
+def _park_rule(ctx: WorkerContext) -> ParkRule:
+    transport, queue = Transport(ctx.broker_redis), ctx.routing.queue("sandbox")
+    return ParkRule(after=ctx.queue.park_after_seconds,
+                    under_load_after=ctx.queue.park_under_load_after_seconds,
+                    slot_wanted=lambda: transport.waiting(queue) > 0)
 
 
 def _give_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:

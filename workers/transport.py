@@ -54,5 +54,14 @@ class Transport:
                 ids.update(i for i in map(_task_id, values) if i is not None)
         return ids
 
+    def waiting(self, queue: str) -> int:
+        """How many messages wait on ``queue`` for a worker to take them (delivered ones
+        not counted: a worker takes a message only when it has a free slot)."""
+        with self._redis.pipeline(transaction=False) as pipe:
+            pipe.llen(queue)
+            for priority in _PRIORITIES:
+                pipe.llen(f"{queue}{_SEP}{priority}")
+            return sum(pipe.execute())
+
     def holds(self, queue: str, task_id: str) -> bool:
         return task_id in self.task_ids(queue)

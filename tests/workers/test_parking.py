@@ -100,3 +100,37 @@ def test_a_second_submit_while_parked_is_refused(make_stack) -> None:
     report = first.wait(180)
     assert report["status"] == "succeeded", report["error"]
     assert len(stack.provider_log()) == 2
+
+
+def _load_stack(make_stack):
+    """One sandbox slot; a job parks only when another waits for that slot."""
+    stack = make_stack(local_latency=2.0, park_under_load_after_seconds=0.2)
+    stack.env["REVISE_CELERY_PARK_AFTER_SECONDS"] = "none"
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="threads", concurrency=1)
+    stack.worker("capabilities", concurrency=16)
+    stack.wait_ready(120)
+    return stack
+
+
+def test_a_job_alone_keeps_its_sandbox_while_it_waits(make_stack) -> None:
+    stack = _load_stack(make_stack)
+    report = stack.client.submit(SEQUENTIAL, {"prompts": ["a", "b"]}, Envelope(),
+                                 "alone").wait(180)
+    assert report["status"] == "succeeded", report["error"]
+    assert stack.store.job_for_revision("alone", 1).resumes == 0
+    assert not [e for e in stack.store.list_events("alone") if e.kind == "parked"]
+
+
+def test_a_job_parks_for_one_that_waits_for_its_slot(make_stack) -> None:
+    stack = _load_stack(make_stack)
+    handles = [stack.client.submit(SEQUENTIAL, {"prompts": [f"{n}a", f"{n}b"]}, Envelope(),
+                                   f"load-{n}") for n in range(2)]
+    reports = [h.wait(240) for h in handles]
+    assert all(r["status"] == "succeeded" for r in reports), [r["error"] for r in reports]
+    assert all(r["calls"]["executed"] == 2 for r in reports)
+    assert len(stack.provider_log()) == 4
+    resumes = [stack.store.job_for_revision(f"load-{n}", 1).resumes for n in range(2)]
+    assert sum(resumes) >= 1, "no job gave the slot to the one waiting for it"
+    peak = peak_in_flight(ProviderLog(stack.settings.provider_log_path).lines())
+    assert peak == 2, f"the two jobs' calls never overlapped (peak {peak})"
