@@ -90,14 +90,22 @@ def _state_dir() -> Path:
     return Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state") / "revise"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore")
+class CheckedSettings(BaseSettings):
+    """Settings whose refused values raise one ``SettingsError`` naming each variable
+    (never pydantic's multi-line report): the base of every layer's settings."""
 
     def __init__(self, **values: Any) -> None:
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise settings_error(exc, PREFIX) from None
+            raise settings_error(exc, str(self.model_config.get("env_prefix", ""))) from None
+
+
+class Settings(CheckedSettings):
+    model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore")
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**values)
         warn_unknown(os.environ)
 
     home: Path = Field(default=Path("./.revise"), description="state directory")

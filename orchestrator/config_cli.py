@@ -57,22 +57,16 @@ def _shown(value: Any) -> Any:
 def effective_settings() -> tuple[list[dict[str, Any]], list[str]]:
     """(one row per field of every settings class, the problems found), reading only the
     environment."""
-    from pydantic import ValidationError
-
     from broker.errors import ConfigError
-    from broker.settings import env_names, settings_error, unknown_variables
+    from broker.settings import env_names, unknown_variables
 
     environ = {name.upper() for name in os.environ}
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
     for cls in _classes():
-        prefix = cls.model_config.get("env_prefix", "")
         try:
             instance: Any = cls()
-        except ValidationError as exc:  # the other layers' settings raise pydantic's error
-            problems += settings_error(exc, prefix).problems
-            instance = None
-        except ConfigError as exc:
+        except ConfigError as exc:  # every layer's settings raise one SettingsError
             problems += getattr(exc, "problems", None) or [exc.message]
             instance = None
         for field, variable in zip(cls.model_fields, env_names(cls), strict=True):

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import SettingsConfigDict
 
 from broker.envelope import SandboxLimits
+from broker.settings import CheckedSettings
 from sandbox.job import RUNTIME_DIR, SANDBOX_RPC_DIR, runtime_command
 from sandbox.seccomp_bpf import SeccompPolicy, default_policy
 
@@ -40,7 +41,7 @@ NAMESPACES: tuple[Namespace, ...] = ("user", "ipc", "pid", "net", "uts")
 _MIB = 1024 * 1024
 
 
-class ProcessSettings(BaseSettings):
+class ProcessSettings(CheckedSettings):
     """Operator settings of the process sandbox (env prefix ``REVISE_PROCESS_``)."""
 
     model_config = SettingsConfigDict(env_prefix="REVISE_PROCESS_", extra="ignore")

@@ -16,7 +16,7 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import worker_init
 
-from broker.settings import Settings
+from broker.settings import Settings, SettingsError
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
 from workers.kombu_redis import share_clients, tolerate_released_channels
@@ -111,7 +111,7 @@ def refuse_unsafe_sandbox(sender: Any = None, **_: Any) -> None:
 
     try:
         check_sandbox_worker(app.revise_settings)
-    except SandboxUnavailable as exc:
+    except (SandboxUnavailable, SettingsError) as exc:
         raise SystemExit(f"refusing to start a sandbox worker: {exc.message}") from None
 
 
@@ -120,4 +120,13 @@ def make_app(settings: Settings | None = None, queue: WorkerSettings | None = No
     return ReviseCelery(settings or Settings(), queue or WorkerSettings())
 
 
-app = make_app()
+def _deployment_app() -> ReviseCelery:
+    """The app every role loads (``-A workers.app``): a refused setting stops the role
+    with one line naming it, not an import traceback."""
+    try:
+        return make_app()
+    except SettingsError as exc:
+        raise SystemExit(f"error: {exc.message}") from None
+
+
+app = _deployment_app()

@@ -32,3 +32,18 @@ def test_a_healthy_worker_says_it_is_ready(make_stack) -> None:
     line = wait_for(lambda: [x for x in log.read_text().splitlines() if "preflight:" in x],
                     60, "the preflight line")
     assert "the run store and Redis answer" in line[0]
+
+
+@pytest.mark.parametrize(("variable", "role"), [
+    ("REVISE_CELERY_PARK_AFTER_SECONDS", "dispatch"),
+    ("REVISE_PROCESS_NPROC_CEILING", "sandbox"),
+])
+def test_a_refused_setting_stops_a_worker_in_one_line(make_stack, variable, role) -> None:
+    """Each layer's settings (the queue's, the process sandbox's) name the variable."""
+    stack = make_stack()
+    proc = stack.worker(role, concurrency=1, env={variable: "abc",
+                                                   "REVISE_SANDBOX": "process"})
+    assert proc.wait(60) != 0
+    log = (stack.tmp_path / f"{role}0.log").read_text()
+    assert f"{variable}: Input should be a valid" in log
+    assert "Traceback" not in log and "ValidationError" not in log
