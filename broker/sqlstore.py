@@ -543,7 +543,7 @@ class SqlStore:
 
     def list_runs(self, limit: int = 50) -> list[RunRecord]:
         rows = self._run("listing runs", lambda c: c.execute(
-            select(runs).order_by(runs.c.created_at.desc(), runs.c.run_id).limit(limit)).all(),
+            select(runs).order_by(runs.c.updated_at.desc(), runs.c.run_id).limit(limit)).all(),
             write=False)
         return [run_record(r) for r in rows]
 

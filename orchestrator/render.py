@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the CLI imports this module for --help: rich loads on first output
@@ -109,11 +111,38 @@ def run_report(c: Console, report: dict[str, Any]) -> None:
                 f"differences: {len(cert['differences'])}")
 
 
+_STAMP_EXAMPLE = datetime(2026, 12, 31, 23, 59, 59)
+_WHOLE_SHARE = 26  # columns a folded identity or run id gets at most beside prose
+
+
+def _whole(table: Any, header: str) -> None:
+    """A column whose every character counts (a run id, an identity): folded onto more
+    lines on a narrow terminal, never cut, so two rows can always be told apart."""
+    table.add_column(header, overflow="fold", max_width=_WHOLE_SHARE)
+
+
+def _one_line(c: Console, table: Any, header: str, *beside: int) -> None:
+    """A column of prose (a detail, a result): one line, cut with an ellipsis to what the
+    terminal leaves beside the other columns (``beside``: their widths)."""
+    room = c.width - sum(width + 3 for width in beside) - 4
+    table.add_column(header, no_wrap=True, overflow="ellipsis", max_width=max(room, 12))
+
+
+def _longest(values: Iterable[str], header: str, cap: int = 1000) -> int:
+    return min(max([len(header), *map(len, values)]), cap)
+
+
 def runs(c: Console, items: list[RunRecord]) -> None:
-    table = Table("run", "status", "revisions", "updated", "detail")
+    stamp = "%Y-%m-%d %H:%M:%S" if c.width >= 100 else "%m-%d %H:%M"
+    table = Table()
+    _whole(table, "run")
+    for header in ("status", "revisions", "updated"):
+        table.add_column(header, no_wrap=True)
+    _one_line(c, table, "detail", _longest([r.run_id for r in items], "run", _WHOLE_SHARE),
+              9, 9, len(_STAMP_EXAMPLE.strftime(stamp)))
     for r in items:
         table.add_row(r.run_id, _status(str(r.status)), str(r.revisions),
-                      r.updated_at.strftime("%Y-%m-%d %H:%M:%S"), escape(r.detail or ""))
+                      r.updated_at.strftime(stamp), escape(r.detail or ""))
     c.print(table)
 
 
@@ -130,8 +159,13 @@ def _iso(at: Any) -> str | None:
 
 
 def attempts(c: Console, items: list[AttemptRecord]) -> None:
-    table = Table("id", "run", "identity", "capability", "#", "status", "sent", "answered",
-                  "owner")
+    table = Table()
+    table.add_column("id", no_wrap=True)
+    _whole(table, "run")
+    _whole(table, "identity")
+    for header in ("capability", "#", "status", "sent", "answered"):
+        table.add_column(header, overflow="fold")
+    _whole(table, "owner")
     for a in items:
         table.add_row(str(a.id), a.run_id, str(a.identity), a.capability, str(a.number),
                       _status(str(a.status)), _clock(a.sent_at), _clock(a.answered_at),
@@ -179,7 +213,14 @@ def show(c: Console, data: dict[str, Any]) -> None:
     for rev in data["revisions"]:
         for r in rev.get("relocations") or []:
             c.print(f"  revision {rev['revision']}: {escape(relocation_line(r))}")
-    slots = Table("committed identity", "capability", "rev", "result")
+    slots = Table()
+    _whole(slots, "committed identity")
+    slots.add_column("capability", overflow="fold", max_width=16)
+    slots.add_column("rev", no_wrap=True)
+    shown = data["slots"]
+    _one_line(c, slots, "result",
+              _longest([s["identity"] for s in shown], "committed identity", _WHOLE_SHARE),
+              _longest([s["capability"] for s in shown], "capability", 16), 3)
     for s in data["slots"]:
         slots.add_row(s["identity"], s["capability"], str(s["revision"]),
                       escape(s["result_summary"]))
@@ -195,8 +236,14 @@ def show(c: Console, data: dict[str, Any]) -> None:
         for a in data["attempts_open"]:
             c.print(f"  #{a['id']} {a['identity']} {a['status']} owner {a['owner']}")
     if data["events"]:
-        events = Table("time", "rev", "event", "identity", "message")
-        for e in data["events"][-20:]:
+        events = Table()
+        for header in ("time", "rev", "event"):
+            events.add_column(header, no_wrap=True)
+        _whole(events, "identity")
+        last = data["events"][-20:]
+        _one_line(c, events, "message", 8, 3, _longest([e["kind"] for e in last], "event"),
+                  _longest([e["identity"] or "" for e in last], "identity", _WHOLE_SHARE))
+        for e in last:
             events.add_row(e["time"][11:19], str(e["revision"] or ""), e["kind"],
                            e["identity"] or "", escape(e["message"][:100]))
         c.print(events)
