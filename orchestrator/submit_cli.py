@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -82,9 +82,7 @@ def register(app: typer.Typer) -> None:
                     f"`revise show {run_id}`"))
                 raise typer.Exit(EXIT_OK)
             try:
-                report = handle.wait(max(deadline - time.monotonic(), 0.0),
-                                     progress=lambda line: err.print(
-                    f"[yellow]waiting[/]: {render.escape(line)}"))
+                report = _wait(handle, max(deadline - time.monotonic(), 0.0))
             except TimeoutError as exc:
                 err.print(f"[yellow]timeout[/]: {render.escape(str(exc))}")
                 raise typer.Exit(EXIT_UNKNOWN) from None
@@ -95,6 +93,19 @@ def register(app: typer.Typer) -> None:
 
 
 T = TypeVar("T")
+
+
+def _wait(handle: Any, timeout: float) -> dict[str, Any]:
+    """The job's run JSON. On a terminal, a status line on stderr says where it is (calls
+    committed, in flight, parked); without one, only an outage is said."""
+    def outage(line: str) -> None:
+        err.print(f"[yellow]waiting[/]: {render.escape(line)}")
+
+    if not err.is_terminal:
+        return handle.wait(timeout, progress=outage)
+    with err.status("waiting for the job", spinner="dots") as status:
+        return handle.wait(timeout, progress=outage, watch=lambda line: status.update(
+            f"waiting: {render.escape(line)}"))
 
 
 def _until_up(deadline: float, what: str, action: Callable[[], T]) -> T:

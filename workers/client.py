@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -29,6 +30,7 @@ from broker.errors import (
 )
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
+from broker.records import JobStatus
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
@@ -92,6 +94,10 @@ class Client:
             self._store.close()
         self.app.close()
 
+
+_PROGRESS_WORDS = (("succeeded", "committed"), ("pending", "in flight"),
+                   ("uncertain", "uncertain"), ("failed", "failed"),
+                   ("unresolved", "unresolved"))
 
 # What a wait survives: the store or Redis (broker, result backend) not answering.
 TRANSIENT = (StoreUnavailable, QueueUnavailable)
@@ -175,13 +181,35 @@ class JobHandle:
     def done(self) -> bool:
         return self.status() not in (QUEUED, DISPATCHING, RUNNING)
 
+    def progress(self) -> str:
+        """One line on where the job is: queued, dispatched, or its revision's calls so
+        far (committed, in flight at broker workers, failed) and whether it is parked."""
+        status = self.status()
+        answer = self._dispatched
+        if answer is None or answer.get("revision") is None:
+            return f"run {self.run_id}: job {status}"
+        revision = answer["revision"]
+        counts = Counter(str(attempt.status) for attempt in
+                         self.client.store.list_attempts(self.run_id)
+                         if attempt.revision == revision)
+        job = self.client.store.job_for_revision(self.run_id, revision)
+        parked = job is not None and job.status is JobStatus.PARKED
+        where = f"{status}, parked" if parked else status
+        calls = ", ".join(f"{counts[key]} {word}" for key, word in _PROGRESS_WORDS
+                          if counts.get(key))
+        return f"run {self.run_id} revision {revision} {where}" + (f": {calls}" if calls
+                                                                     else "")
+
     def wait(self, timeout: float | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None,
+             watch: Callable[[str], None] | None = None) -> dict[str, Any]:
         """Block until the job finished and return its run JSON; TimeoutError after
         ``timeout`` seconds (the job keeps running). An outage of the store or Redis is
-        waited out: ``progress`` hears what the wait is for, about every 5 s."""
+        waited out: ``progress`` hears what the wait is for, about every 5 s. ``watch``
+        hears ``progress()`` about every second while it changes."""
         deadline = None if timeout is None else time.monotonic() + timeout
         delay, said, last_status = 0.01, 0.0, "queued"
+        watched, shown = 0.0, ""
 
         def tell(why: str) -> None:  # at most every 5 s
             nonlocal said
@@ -196,6 +224,11 @@ class JobHandle:
                 last_status = self.status()
                 if last_status == QUEUED:
                     self._resend_if_lost()
+                if watch is not None and time.monotonic() - watched >= 1.0:
+                    line, watched = self.progress(), time.monotonic()
+                    if line != shown:
+                        watch(line)
+                        shown = line
             except TRANSIENT as exc:
                 if self._dispatched is not None and self._dispatched.get("error"):
                     raise  # the dispatcher's final answer, not an outage seen from here
