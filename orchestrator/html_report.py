@@ -131,7 +131,10 @@ def _revisions(view: dict[str, Any]) -> str:
 def _counterexamples(view: dict[str, Any]) -> str:
     items = view["counterexamples"]
     if not items:
-        return "<p class='none'>The gate accepted every revision.</p>"
+        refused = len(view.get("refused_candidates") or [])
+        return ("<p class='none'>The gate refused no revision"
+                + (f"; {refused} repair candidate(s) were refused before they became "
+                   "revisions (below).</p>" if refused else ".</p>"))
     rows = []
     for ce in items:
         candidate = (f"line {_e(ce.get('line'))}: <code>{_e(ce['source'])}</code>"
@@ -143,6 +146,30 @@ def _counterexamples(view: dict[str, Any]) -> str:
                      candidate, committed])
     return _table(["rev", "counterexample", "frozen site", "the candidate has",
                    "committed as"], rows)
+
+
+def _refused_candidates(view: dict[str, Any]) -> str:
+    items = view.get("refused_candidates") or []
+    if not items:
+        return "<p class='none'>No repair candidate was refused.</p>"
+    rows = [[_e(c["time"][11:19]), _e(c["attempt"]), _e(c["stage"]),
+             _e(", ".join(c["rules"]) or ", ".join(c["counterexamples"]) or ""),
+             _e(c["message"])] for c in items]
+    return _table(["time", "candidate", "refused by", "rules or counterexamples", "what"],
+                  rows)
+
+
+def _relocations(view: dict[str, Any]) -> str:
+    rows = [[_e(rev["revision"]), f"<code>{_e(r['from'])}</code>",
+             f"<code>{_e(r['to'])}</code>", _e(r.get("committed_line") or ""),
+             _e(r.get("line") or "")]
+            for rev in view["revisions"] for r in rev.get("relocations") or []]
+    if not rows:
+        return "<p class='none'>No call site moved: every committed call replays where it " \
+               "was written.</p>"
+    return ("<p>Each moved call site's committed calls replay at its new place when the "
+            "payload is the same.</p>"
+            + _table(["rev", "committed at", "now at", "old line", "new line"], rows))
 
 
 def _attempts(view: dict[str, Any]) -> str:
@@ -207,6 +234,8 @@ def render_html(view: dict[str, Any], *, now: datetime | None = None) -> str:
         ("Artifacts", _artifacts(view)),
         ("Revisions", _revisions(view)),
         ("Gate counterexamples", _counterexamples(view)),
+        ("Refused repair candidates", _refused_candidates(view)),
+        ("Relocated call sites", _relocations(view)),
         ("Unresolved attempts", _attempts(view)),
         ("Certificate", _certificate(view)),
         ("Events", _events(view)),

@@ -164,6 +164,31 @@ def _counterexamples(revisions: list[RevisionRecord], slots: list[SlotRecord]
     return out
 
 
+REFUSED_CANDIDATE_EVENTS = frozenset({"repair_refused", "repair_runtime_refused"})
+
+
+def _refused_candidates(events: Iterable[Any]) -> list[dict[str, Any]]:
+    """Every repair candidate that was refused (by the checker, the gate, the call-count
+    guard, or stopped at runtime): refused ones never became revisions, so the run's
+    events are their only record."""
+    out = []
+    for event in events:
+        if event.kind not in REFUSED_CANDIDATE_EVENTS:
+            continue
+        data = event.data or {}
+        run = data.get("run") or {}
+        out.append({"time": event.created_at.isoformat(), "attempt": data.get("attempt"),
+                    "stage": data.get("stage") or "?",
+                    "revision": run.get("revision") if isinstance(run, dict) else None,
+                    "rules": sorted({str(v.get("rule")) for v in data.get("violations") or []
+                                     if isinstance(v, dict)}),
+                    "counterexamples": [f"{c.get('kind')} {c.get('site')}"
+                                        for c in data.get("counterexamples") or []
+                                        if isinstance(c, dict)],
+                    "message": event.message})
+    return out
+
+
 def reconcile_commands(run_id: str, identity: str) -> list[str]:
     """The exact commands an operator runs to decide an unresolved attempt."""
     base = f"revise reconcile {shlex.quote(run_id)} {shlex.quote(identity)}"
@@ -226,6 +251,7 @@ def report_view(store: RunStore, run_id: str) -> dict[str, Any]:
         "matrix": _matrix(revisions, slots, store.list_attempts(
             run_id, frozenset(OPEN_ATTEMPT_STATUSES))),
         "counterexamples": _counterexamples(revisions, slots),
+        "refused_candidates": _refused_candidates(store.list_events(run_id)),
         "rerun": {"cost": rerun, "saved": round(max(rerun - spent, 0.0), 6)},
         "certificate": certificate,
     }

@@ -206,3 +206,29 @@ def test_every_outcome_gets_its_row_and_badge(tmp_path: Path) -> None:
             assert f'<span class="o o-{outcome}">{outcome}</span>' in render_html(view)
     finally:
         services.close()
+
+
+def test_refused_candidates_and_relocations_are_shown(home: Path) -> None:
+    """A candidate `revise repair` refused never became a revision: the page lists it
+    (and never says the gate accepted everything), and each relocated site is shown."""
+    settings = Settings(home=home, sandbox=SandboxKind.PROCESS)
+    services = open_services(settings, runner=ProcessRunner())
+    try:
+        services.store.add_event("R", "repair_refused", "repair candidate 1 refused by "
+                                 "checker", data={"attempt": 1, "stage": "checker",
+                                                  "violations": [{"rule": "R03"}]})
+        services.store.add_event("R", "repair_refused", "repair candidate 2 refused by gate",
+                                 data={"attempt": 2, "stage": "gate", "counterexamples": [
+                                     {"kind": "removed", "site": GEN}]})
+        view = report_view(services.store, "R")
+    finally:
+        services.close()
+    assert [(c["attempt"], c["stage"]) for c in view["refused_candidates"]] == [
+        (1, "checker"), (2, "gate")]
+    view["revisions"][-1]["relocations"] = [{"from": GEN, "to": "orchestrate/#1",
+                                             "committed_line": 4, "line": 6}]
+    page = render_html(view)
+    assert "Refused repair candidates" in page and "R03" in page
+    assert f"removed {GEN.replace('>', '&gt;')}" in page
+    assert "accepted every revision" not in page
+    assert "Relocated call sites" in page and "orchestrate/#1" in page
