@@ -55,8 +55,8 @@ async def orchestrate(ctx, args):
 
 
 Parking = tuple[float | None, float | None]  # (after, under load after); (None, None): off
-SHIPPED: Parking = (WorkerSettings().park_after_seconds,
-                    WorkerSettings().park_under_load_after_seconds)
+_DEFAULTS = WorkerSettings()
+SHIPPED: Parking = (_DEFAULTS.park_after_seconds, _DEFAULTS.park_under_load_after_seconds)
 
 
 def measure(home: Path, database_url: str, *, jobs: int, calls: int, latency: float,

@@ -221,7 +221,7 @@ def show(c: Console, data: dict[str, Any]) -> None:
     _one_line(c, slots, "result",
               _longest([s["identity"] for s in shown], "committed identity", _WHOLE_SHARE),
               _longest([s["capability"] for s in shown], "capability", 16), 3)
-    for s in data["slots"]:
+    for s in shown:
         slots.add_row(s["identity"], s["capability"], str(s["revision"]),
                       escape(s["result_summary"]))
     c.print(slots)

@@ -30,7 +30,7 @@ from broker.errors import (
 )
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
-from broker.records import JobStatus
+from broker.records import AttemptStatus, JobStatus
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
@@ -95,9 +95,10 @@ class Client:
         self.app.close()
 
 
-_PROGRESS_WORDS = (("succeeded", "committed"), ("pending", "in flight"),
-                   ("uncertain", "uncertain"), ("failed", "failed"),
-                   ("unresolved", "unresolved"))
+_PROGRESS_WORDS = ((AttemptStatus.SUCCEEDED, "committed"),
+                   (AttemptStatus.PENDING, "in flight"),
+                   (AttemptStatus.UNCERTAIN, "uncertain"), (AttemptStatus.FAILED, "failed"),
+                   (AttemptStatus.UNRESOLVED, "unresolved"))
 
 # What a wait survives: the store or Redis (broker, result backend) not answering.
 TRANSIENT = (StoreUnavailable, QueueUnavailable)
@@ -184,12 +185,14 @@ class JobHandle:
     def progress(self) -> str:
         """One line on where the job is: queued, dispatched, or its revision's calls so
         far (committed, in flight at broker workers, failed) and whether it is parked."""
-        status = self.status()
+        return self._progress(self.status())
+
+    def _progress(self, status: str) -> str:
         answer = self._dispatched
         if answer is None or answer.get("revision") is None:
             return f"run {self.run_id}: job {status}"
         revision = answer["revision"]
-        counts = Counter(str(attempt.status) for attempt in
+        counts = Counter(attempt.status for attempt in
                          self.client.store.list_attempts(self.run_id)
                          if attempt.revision == revision)
         job = self.client.store.job_for_revision(self.run_id, revision)
@@ -225,7 +228,7 @@ class JobHandle:
                 if last_status == QUEUED:
                     self._resend_if_lost()
                 if watch is not None and time.monotonic() - watched >= 1.0:
-                    line, watched = self.progress(), time.monotonic()
+                    line, watched = self._progress(last_status), time.monotonic()
                     if line != shown:
                         watch(line)
                         shown = line

@@ -209,14 +209,15 @@ def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes:
 
 def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -> RunReport:
     envelope = Envelope.model_validate(job["envelope"])
+    transport = Transport(ctx.broker_redis)
     pipeline = Pipeline(
         store=ctx.store, runner=ctx.runner, settings=ctx.settings,
         executor_for=lambda env: RemoteExecutor(
             app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
             wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
-            store=ctx.store, transport=Transport(ctx.broker_redis), brokers=ctx.brokers,
+            store=ctx.store, transport=transport, brokers=ctx.brokers,
             lease_seconds=ctx.settings.attempt_lease_seconds, chunk=ctx.queue.wave_chunk,
-            park=_park_rule(ctx)))
+            park=_park_rule(ctx, transport)))
     run_id, revision = job["run_id"], job["revision"]
     admitted = Admitted(run_id, revision, decode_source(job["source"]), job["args_text"],
                         Admission.from_wire(job["admission"]),
@@ -228,8 +229,8 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -
     return report
 
 
-def _park_rule(ctx: WorkerContext) -> ParkRule:
-    transport, queue = Transport(ctx.broker_redis), ctx.routing.queue("sandbox")
+def _park_rule(ctx: WorkerContext, transport: Transport) -> ParkRule:
+    queue = ctx.routing.queue("sandbox")
     return ParkRule(after=ctx.queue.park_after_seconds,
                     under_load_after=ctx.queue.park_under_load_after_seconds,
                     slot_wanted=lambda: transport.waiting(queue) > 0)

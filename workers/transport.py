@@ -23,6 +23,11 @@ _PRIORITIES = (3, 6, 9)
 _UNACKED = "unacked"
 
 
+def _lists(queue: str) -> list[str]:
+    """The Redis lists kombu keeps ``queue`` in, one per priority."""
+    return [queue, *(f"{queue}{_SEP}{priority}" for priority in _PRIORITIES)]
+
+
 def _task_id(raw: bytes | str) -> str | None:
     try:
         message: Any = json.loads(raw)
@@ -45,9 +50,8 @@ class Transport:
         worker and not acknowledged yet."""
         ids: set[str] = set()
         with self._redis.pipeline(transaction=False) as pipe:
-            pipe.lrange(queue, 0, -1)
-            for priority in _PRIORITIES:
-                pipe.lrange(f"{queue}{_SEP}{priority}", 0, -1)
+            for name in _lists(queue):
+                pipe.lrange(name, 0, -1)
             if delivered:
                 pipe.hvals(_UNACKED)
             for values in pipe.execute():
@@ -58,9 +62,8 @@ class Transport:
         """How many messages wait on ``queue`` for a worker to take them (delivered ones
         not counted: a worker takes a message only when it has a free slot)."""
         with self._redis.pipeline(transaction=False) as pipe:
-            pipe.llen(queue)
-            for priority in _PRIORITIES:
-                pipe.llen(f"{queue}{_SEP}{priority}")
+            for name in _lists(queue):
+                pipe.llen(name)
             return sum(pipe.execute())
 
     def holds(self, queue: str, task_id: str) -> bool:

@@ -36,10 +36,15 @@ async def orchestrate(ctx, args):
 '''
 
 
-def _stack(make_stack, *, latency: float = 1.5, slots: int = 1):
-    stack = make_stack(local_latency=latency, park_after_seconds=0.2)
+def _stack(make_stack, *, latency: float = 1.5, slots: int = 1, pool: str = "prefork",
+           **parking: float | None):
+    """``parking``: the park settings (default: park after 0.2 s whatever the load);
+    None is `none`."""
+    stack = make_stack(local_latency=latency)
+    for name, value in (parking or {"park_after_seconds": 0.2}).items():
+        stack.env[f"REVISE_CELERY_{name.upper()}"] = "none" if value is None else str(value)
     stack.worker("dispatch")
-    stack.worker("sandbox", pool="prefork", concurrency=slots)
+    stack.worker("sandbox", pool=pool, concurrency=slots)
     stack.worker("capabilities", concurrency=16)
     stack.wait_ready(120)
     return stack
@@ -104,13 +109,8 @@ def test_a_second_submit_while_parked_is_refused(make_stack) -> None:
 
 def _load_stack(make_stack):
     """One sandbox slot; a job parks only when another waits for that slot."""
-    stack = make_stack(local_latency=2.0, park_under_load_after_seconds=0.2)
-    stack.env["REVISE_CELERY_PARK_AFTER_SECONDS"] = "none"
-    stack.worker("dispatch")
-    stack.worker("sandbox", pool="threads", concurrency=1)
-    stack.worker("capabilities", concurrency=16)
-    stack.wait_ready(120)
-    return stack
+    return _stack(make_stack, latency=2.0, pool="threads", park_after_seconds=None,
+                  park_under_load_after_seconds=0.2)
 
 
 def test_a_job_alone_keeps_its_sandbox_while_it_waits(make_stack) -> None:
