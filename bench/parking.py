@@ -12,8 +12,14 @@ apart), and how fast the client submitted and the dispatcher admitted the jobs.
 Ratios, read within one run: the machine's speed drifts. The default is a short run;
 the issue's N = 100 and 300 are `--jobs 20 100 300`.
 
-    python bench/parking.py [--jobs 20] [--calls 4] [--latency 2] [--slots 64]
+First it measures admission alone (``--admission N``, 300 by default; 0 skips it): the
+dispatcher as the Procfile runs it (16 threads) and nothing else, N jobs submitted at
+once; how fast the client submitted them and the dispatcher checked, annotated, gated
+and recorded them, with no sandbox or broker worker competing for the cores.
+
+    python bench/parking.py [--jobs 20] [--calls 4] [--latency 2] [--slots 256]
                             [--pool threads|prefork] [--park-after 0.5 ...] [--without-off]
+                            [--admission 300]
 """
 
 from __future__ import annotations
@@ -84,7 +90,7 @@ def measure(home: Path, database_url: str, *, jobs: int, calls: int, latency: fl
             assert report["status"] == "succeeded", report["error"]
         makespan = time.perf_counter() - started
         peak_pss = memory.close()
-        admitted = _last_admission(database_url) - started_at
+        admitted = _recorded(database_url)[1] - started_at
         lines = ProviderLog(stack.settings.provider_log_path).lines()
     finally:
         stack.stop()
@@ -94,20 +100,47 @@ def measure(home: Path, database_url: str, *, jobs: int, calls: int, latency: fl
             "submit_rate": jobs / submitted, "admit_rate": jobs / admitted}
 
 
-def _last_admission(database_url: str) -> float:
-    """When the dispatcher recorded the last job (the store's clock: this host's)."""
+def admission(home: Path, database_url: str, *, jobs: int, calls: int) -> dict[str, float]:
+    """The dispatcher alone: N jobs submitted at once, until the last is recorded."""
+    stack = Stack(home, database_url, redis_url())
+    stack.env.update({"REVISE_SANDBOX": "process"})
+    try:
+        stack.worker("dispatch", concurrency=16)
+        stack.wait_ready(120)
+        script = SCRIPT.replace("CALLS", str(calls))
+        started, started_at = time.perf_counter(), time.time()
+        for n in range(jobs):
+            stack.client.submit(script, {"job": f"job {n}"}, Envelope(),
+                                f"admit-{uuid.uuid4().hex[:8]}")
+        submitted = time.perf_counter() - started
+        deadline = time.monotonic() + 600
+        while (recorded := _recorded(database_url))[0] < jobs:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the dispatcher recorded fewer than {jobs} jobs in 600 s")
+            time.sleep(0.2)
+        admitted = recorded[1] - started_at
+    finally:
+        stack.stop()
+    return {"submit_rate": jobs / submitted, "admit_rate": jobs / admitted}
+
+
+def _recorded(database_url: str) -> tuple[int, float]:
+    """How many jobs the dispatcher recorded, and when the last one was (the store's clock:
+    this host's; 0 while there is none)."""
     engine = sqlalchemy.create_engine(database_url)
     try:
         with engine.connect() as connection:
-            last = connection.execute(sqlalchemy.text("SELECT max(created_at) FROM jobs"))
-            value = last.scalar_one()
+            count, last = connection.execute(
+                sqlalchemy.text("SELECT count(*), max(created_at) FROM jobs")).one()
     finally:
         engine.dispose()
-    if isinstance(value, str):  # SQLite keeps text
-        value = datetime.datetime.fromisoformat(value)
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=datetime.UTC)
-    return value.timestamp()
+    if last is None:
+        return 0, 0.0
+    if isinstance(last, str):  # SQLite keeps text
+        last = datetime.datetime.fromisoformat(last)
+    if last.tzinfo is None:
+        last = last.replace(tzinfo=datetime.UTC)
+    return int(count), last.timestamp()
 
 
 def main() -> None:
@@ -115,17 +148,26 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[20])
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--latency", type=float, default=2.0)
-    parser.add_argument("--slots", type=int, default=64, help="sandbox worker concurrency "
-                        "(the Procfile's: 64)")
+    parser.add_argument("--slots", type=int, default=256, help="sandbox worker concurrency "
+                        "(the Procfile's: 256)")
     parser.add_argument("--pool", choices=("prefork", "threads"), default="threads")
     parser.add_argument("--park-after", type=float, nargs="*", default=[],
                         help="also park after each of these waits, whatever the load")
     parser.add_argument("--without-off", action="store_true",
                         help="skip the run with parking off (its makespan is about "
                         "ceil(N / slots) x K x L)")
+    parser.add_argument("--admission", type=int, default=300, metavar="N",
+                        help="jobs for the admission-alone measurement (0: skip it)")
     opts = parser.parse_args()
     print(f"{opts.calls} sequential calls of {opts.latency:g} s per job, {opts.slots} sandbox "
           f"slots, process sandbox; {time.strftime('%Y-%m-%d')}")
+    if opts.admission > 0:
+        with tempfile.TemporaryDirectory(prefix="revise-bench-admit-") as tmp, \
+                scratch_database(PG_ADMIN) as database_url:
+            got = admission(Path(tmp), database_url, jobs=opts.admission, calls=opts.calls)
+        print(f"admission alone, {opts.admission} jobs at once: submitted "
+              f"{got['submit_rate']:.0f} / s, admitted {got['admit_rate']:.1f} / s "
+              "(issue 26: >= 50 / s)", flush=True)
     print("| N | parking | makespan / ideal | peak calls in flight | paid / expected "
           "| idle PSS | peak PSS | submitted / s | admitted / s |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -15,13 +15,18 @@ a shared machine falls on all of them alike):
   with one and with two broker worker processes; beside it the same hops with no-op
   tasks, ``peers/floor.py``, bare and with the contract's two PostgreSQL writes per
   call: what this design costs on this machine before any more of Revise's work, so
-  a target above the floor is out of reach here);
+  a target above the floor is out of reach here), and the CPU per call of the same jobs
+  with one broker worker (every process of the system, its sandboxes, PostgreSQL and
+  Redis; ``peers/cpu.py``) for Revise and both floors;
 * the fanout repair at N = 4, 8, 16, 32: branch 1 fails, the repaired code recovers
   the run with each system's own mechanism; provider dispatch attempts over the
   failed run and the recovery (Revise: call-level replay; Temporal: reset to the
   workflow task before the fanout; DBOS: fork at the failed step);
 * Revise's tools: the checker's p50 over ``ast.parse``'s on the same scripts, and
-  ``revise --help`` (``peers/tools.py``).
+  ``revise --help`` (``peers/tools.py``);
+* with ``--slow [N ...]``, instead: N jobs of 4 sequential calls to a provider that
+  answers every request after 2 s, each system as shipped in its own process
+  (``peers/slow.py``): makespan / ideal, peak provider concurrency, charges, peak PSS.
 
 Temporal runs its CLI's dev server on free ports on 127.0.0.1 (started and stopped
 here); DBOS uses a SQLite system database. A benchmark, not a test: the targets of
@@ -45,6 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from peers.cpu import CpuMeter  # noqa: E402
 from peers.floor import CeleryFloor  # noqa: E402
 from peers.revise import ReviseCelery, ReviseEmbedded, redis_url  # noqa: E402
 from peers.scratch import scratch_database  # noqa: E402
@@ -67,11 +73,12 @@ class Sizes:
 
 QUICK = Sizes(sequential=10, fanout=8, replay=10, jobs=4, job_calls=4, widths=(4,), repeats=1)
 
-SEQ, FAN, REPLAY, JOBS = "sequential", "fanout", "replay", "concurrent"
+SEQ, FAN, REPLAY, JOBS, CPU = "sequential", "fanout", "replay", "concurrent", "cpu"
 ROWS = {SEQ: "{n} sequential no-op calls, ms per call",
         FAN: "{n}-way fanout, ms per call",
         REPLAY: "replay of {n} recorded calls, ms per call",
-        JOBS: "{jobs} concurrent jobs x {calls} calls, calls/s"}
+        JOBS: "{jobs} concurrent jobs x {calls} calls, calls/s",
+        CPU: "{jobs} concurrent jobs x {calls} calls, CPU ms per call"}
 TEMPORAL, DBOS = "Temporal (dev server)", "DBOS (SQLite)"
 EMBEDDED, CELERY = "Revise embedded", "Revise Celery"
 CELERY_1, CELERY_2 = "Revise Celery, 1 broker worker", "Revise Celery, 2 broker workers"
@@ -138,6 +145,7 @@ def _plan(systems: dict[str, Any], sizes: Sizes) -> list[tuple[str, str, Callabl
         if column in SCALED:
             for workers, label in zip((1, 2), SCALED[column], strict=True):
                 plan.append((JOBS, label, lambda s=system, w=workers: _jobs(s, w, sizes)))
+            plan.append((CPU, SCALED[column][0], lambda s=system: _cpu_per_call(s, sizes)))
         elif hasattr(system, "concurrent"):
             plan.append((JOBS, column, lambda s=system: calls / s.concurrent(
                 sizes.jobs, sizes.job_calls)))
@@ -148,6 +156,18 @@ def _jobs(celery: ReviseCelery | CeleryFloor, workers: int, sizes: Sizes) -> flo
     celery.broker_workers(workers)
     try:
         return sizes.jobs * sizes.job_calls / celery.concurrent(sizes.jobs, sizes.job_calls)
+    finally:
+        celery.broker_workers(2)
+
+
+def _cpu_per_call(celery: ReviseCelery | CeleryFloor, sizes: Sizes) -> float:
+    """CPU milliseconds per call of the concurrent jobs with one broker worker: every
+    process of the system (sandboxes included), PostgreSQL and Redis."""
+    celery.broker_workers(1)
+    try:
+        meter = CpuMeter(celery.pids())
+        celery.concurrent(sizes.jobs, sizes.job_calls)
+        return meter.seconds() * 1000 / (sizes.jobs * sizes.job_calls)
     finally:
         celery.broker_workers(2)
 
@@ -200,7 +220,7 @@ def print_tables(figures: dict[str, dict[str, float]], paid: dict[int, dict[str,
                   + " |")
     print()
     print("Ratios (Revise / peer; per-call rows: lower is better, calls/s: higher is better)")
-    for row in (SEQ, FAN, REPLAY, JOBS):
+    for row in (SEQ, FAN, REPLAY, JOBS):  # CPU is Revise's and the floors' only
         cols = figures.get(row, {})
         for mine in (EMBEDDED, CELERY, CELERY_1, CELERY_2, FLOOR_1, FLOOR_2, WRITES_1,
                      WRITES_2):
@@ -222,7 +242,7 @@ def print_tables(figures: dict[str, dict[str, float]], paid: dict[int, dict[str,
 
 
 def _targets(figures: dict[str, dict[str, float]], tools: dict[str, float]) -> None:
-    jobs, replay, seq = (figures.get(r, {}) for r in (JOBS, REPLAY, SEQ))
+    jobs, replay, seq, cpu = (figures.get(r, {}) for r in (JOBS, REPLAY, SEQ, CPU))
     checks = [
         ("queue calls/s >= Temporal's", jobs.get(CELERY_1), jobs.get(TEMPORAL), ">=", 1.0),
         ("queue calls/s >= 0.8x DBOS's", jobs.get(CELERY_1), jobs.get(DBOS), ">=", 0.8),
@@ -237,7 +257,7 @@ def _targets(figures: dict[str, dict[str, float]], tools: dict[str, float]) -> N
         ("sequential embedded <= 1.5x DBOS's", seq.get(EMBEDDED), seq.get(DBOS), "<=", 1.5),
         ("checker p50 <= 5x ast.parse", tools.get("checker"), 1.0, "<=", 5.0),
     ]
-    print("Issue 13 targets")
+    print("Issue 13 targets (and issue 27's, CPU per call)")
     for name, mine, theirs, op, factor in checks:
         if mine is None or theirs is None:
             print(f"  {name:<40} not measured")
@@ -250,6 +270,10 @@ def _targets(figures: dict[str, dict[str, float]], tools: dict[str, float]) -> N
         if floor in jobs and CELERY_1 in jobs:
             print(f"  {label:<40} {jobs[CELERY_1] / jobs[floor]:6.2f}x  (what Revise's own "
                   f"work leaves of {what}' calls/s)")
+    if CELERY_1 in cpu and WRITES_1 in cpu:
+        ratio = cpu[CELERY_1] / cpu[WRITES_1]
+        print(f"  {'CPU per call <= 1.3x floor + writes':<40} {ratio:6.2f}x  "
+              f"{'met' if ratio <= 1.3 else 'NOT met'}")
     if "help_ms" in tools:
         ms = tools["help_ms"]
         print(f"  {'revise --help <= 200 ms':<40} {ms:5.0f} ms {'met' if ms <= 200 else 'NOT met'}")
@@ -267,11 +291,24 @@ def main(argv: list[str] | None = None) -> int:
                         help="an empty PostgreSQL database for the Celery stack (default: "
                         "create one on 127.0.0.1 and drop it afterwards)")
     parser.add_argument("--redis-url", default=redis_url())
+    parser.add_argument("--slow", type=int, nargs="*", default=None, metavar="N",
+                        help="instead: N jobs of --slow-calls sequential calls to a provider "
+                        "that answers after --slow-latency s (issue 26; default N: 20 100 "
+                        "300), each system in its own process")
+    parser.add_argument("--slow-calls", type=int, default=4)
+    parser.add_argument("--slow-latency", type=float, default=2.0)
     opts = parser.parse_args(argv)
     sizes = QUICK if opts.quick else Sizes()
     if opts.repeats is not None:
         sizes = Sizes(**{**sizes.__dict__, "repeats": opts.repeats})
     wanted = {p.strip() for p in opts.peers.split(",") if p.strip()}
+    if opts.slow is not None:
+        from peers.slow import main as slow_jobs
+
+        slow_jobs(opts.slow or [20, 100, 300], [p for p in ("revise", "temporal", "dbos")
+                                                if p in wanted],
+                  opts.slow_calls, opts.slow_latency)
+        return 0
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="revise-peers-") as tmp, \
             contextlib.ExitStack() as stack:

@@ -16,7 +16,8 @@ answers and runs every admissible candidate on the same run id.
 * runtime feedback **off** (the loop before this mode existed): the first executed
   candidate ends the episode, whatever its run did.
 
-Spend is the sum of unit prices of provider attempts (the run report's ``spend``): the
+Spend is the sum of unit prices of the provider attempts that may have been charged (the
+run report's ``spend``; a refusal the provider makes free costs nothing): the
 first run's, and each round's (0 for a refused candidate). With ``--no-execute`` the
 loop stops at the first admissible candidate and nothing more runs. Prints one row per
 episode and the totals per mode; nothing is asserted: a benchmark, not a test.

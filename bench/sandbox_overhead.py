@@ -101,6 +101,7 @@ def bench_in_process(calls: int) -> float:
         services = open_services(Settings(home=Path(tmp)), runner=ProcessRunner())
         broker = services.broker(Envelope())
         services.store.ensure_run("direct")
+        services.store.add_revision("direct", "# bench", "d")
         requests = [request(i) for i in range(calls)]
         for call in requests:
             broker.execute(call)

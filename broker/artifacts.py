@@ -48,6 +48,8 @@ class ArtifactCorrupt(InputError):
 
 class ArtifactTooLarge(InputError):
     code = "artifact_too_large"
+    size: int  # bytes
+    max_bytes: int
 
 
 CHUNK_BYTES = 1 << 20  # how much of an artifact is read, written or held at once

@@ -25,15 +25,20 @@ from broker.artifacts import (
     id_of,
     verified,
 )
-from broker.errors import InputError, StoreUnavailable
+from broker.errors import ConfigError, InputError, StoreUnavailable
 from broker.settings import Settings
 
 _MISSING = {"404", "NoSuchKey", "NotFound"}
 
 
 def client_from_settings(settings: Settings) -> Any:
-    import boto3
-    from botocore.config import Config
+    try:
+        import boto3
+        from botocore.config import Config
+    except ImportError:
+        raise ConfigError("REVISE_ARTIFACT_STORE=s3 needs boto3, which the base install "
+                          "leaves out: pip install 'revise[s3]' (in a checkout: pip install "
+                          "-e '.[s3]')") from None
 
     secret = settings.s3_secret_access_key
     return boto3.client(
@@ -65,13 +70,13 @@ class S3ArtifactStore:
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))
             if code == "NoSuchBucket":
-                return InputError(f"the bucket {self.bucket!r} does not exist at the S3 "
-                                  "endpoint; create it or set REVISE_S3_BUCKET to one that "
-                                  "does", bucket=self.bucket)
+                return ConfigError(f"the bucket {self.bucket!r} does not exist at the S3 "
+                                   "endpoint; create it or set REVISE_S3_BUCKET to one that "
+                                   "does", setting="REVISE_S3_BUCKET")
             if code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
-                return InputError(f"the S3 endpoint refused {action} ({code}); check "
-                                  "REVISE_S3_ACCESS_KEY_ID / REVISE_S3_SECRET_ACCESS_KEY",
-                                  code=code)
+                return ConfigError(f"the S3 endpoint refused {action} ({code}); check "
+                                   "REVISE_S3_ACCESS_KEY_ID / REVISE_S3_SECRET_ACCESS_KEY",
+                                   setting="REVISE_S3_ACCESS_KEY_ID")
         return StoreUnavailable(f"the object store {self.where} failed while {action}: {exc}; "
                                 "check REVISE_S3_ENDPOINT_URL and that the endpoint answers",
                                 action=action)

@@ -1,8 +1,11 @@
-"""One call on its way to the broker, and the broker's answer (pure value objects).
+"""One call on its way to the provider, and its answer (pure value objects).
 
-``CallRequest`` is what the host sends for a call it decided is new work;
-``CallReport`` is what comes back. Each has exactly one wire form (JSON, for a
-Celery capability task); the identity travels as its text form.
+``CallRequest`` is a call the host decided is new work, with its payload normalized;
+the side that asks claims it (``broker.claim``), which makes it a ``ClaimedCall``: a
+durable pending attempt plus its payload, all of it in the run store, so a broker
+worker on any host executes it from the store alone. ``CallReport`` is the answer the
+asking side reads back. None of them crosses a queue: a capability task names
+attempts by id (``workers.messages.ExecuteCalls``).
 """
 
 from __future__ import annotations
@@ -11,8 +14,16 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from broker.errors import SafetyStop, error_from_json
+from broker.errors import (
+    BudgetExceeded,
+    CapabilityDenied,
+    ReplayDivergence,
+    SafetyStop,
+    SemanticRepeatDenied,
+    TakeNotApproved,
+)
 from broker.identity import Identity
+from broker.records import AttemptRecord
 
 
 class Outcome(StrEnum):
@@ -37,22 +48,15 @@ class CallRequest:
     chain_fingerprint: str = ""
     line: int | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "revision": self.revision,
-                "identity": str(self.identity), "capability": self.capability,
-                "payload": self.payload, "digest": self.digest,
-                "fingerprint": self.fingerprint, "take": self.take,
-                "chain_fingerprint": self.chain_fingerprint, "line": self.line}
 
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> CallRequest:
-        return cls(run_id=str(data["run_id"]), revision=int(data["revision"]),
-                   identity=Identity.parse(data["identity"]),
-                   capability=str(data["capability"]), payload=data["payload"],
-                   digest=str(data["digest"]), fingerprint=str(data["fingerprint"]),
-                   take=int(data.get("take") or 1),
-                   chain_fingerprint=str(data.get("chain_fingerprint") or ""),
-                   line=data.get("line"))
+@dataclass(frozen=True)
+class ClaimedCall:
+    """A call claimed for execution: its pending attempt (which carries the run, the
+    identity, the capability, the digest, the take, the idempotency key and the slot's
+    call facts) and its normalized payload (the blob under the attempt's digest)."""
+
+    attempt: AttemptRecord
+    payload: Any
 
 
 @dataclass(frozen=True)
@@ -68,19 +72,25 @@ class CallReport:
     warnings: tuple[str, ...] = field(default_factory=tuple)
     committed_by: int | None = None  # the revision whose slot this result is
 
-    def to_wire(self) -> dict[str, Any]:
-        return {"identity": str(self.identity), "capability": self.capability,
-                "outcome": str(self.outcome), "result": self.result, "error": self.error,
-                "stop": None if self.stop is None else self.stop.to_json(),
-                "attempted": self.attempted, "cost": self.cost,
-                "warnings": list(self.warnings), "committed_by": self.committed_by}
 
-    @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> CallReport:
-        stop = data.get("stop")
-        rebuilt = error_from_json(stop) if stop else None
-        return cls(Identity.parse(data["identity"]), data["capability"],
-                   Outcome(data["outcome"]), data.get("result"), data.get("error"),
-                   rebuilt if isinstance(rebuilt, SafetyStop) else None,
-                   bool(data.get("attempted")), float(data.get("cost") or 0.0),
-                   tuple(data.get("warnings") or ()), data.get("committed_by"))
+@dataclass(frozen=True)
+class ClaimedWave:
+    """A wave after its claim transaction: what the claim already answered (replays,
+    this revision's failed calls, or the one stop of a wave that claimed nothing) and the
+    calls it claimed, each with its request, for an executor to run."""
+
+    answered: tuple[CallReport, ...]
+    claimed: tuple[tuple[CallRequest, ClaimedCall], ...] = ()
+
+
+_OUTCOME_OF_STOP: dict[type, Outcome] = {
+    ReplayDivergence: Outcome.DIVERGED, CapabilityDenied: Outcome.DENIED,
+    BudgetExceeded: Outcome.DENIED, SemanticRepeatDenied: Outcome.DENIED,
+    TakeNotApproved: Outcome.DENIED,
+}
+
+
+def stop_report(identity: Identity, capability: str, stop: SafetyStop) -> CallReport:
+    """The report of a call a safety stop ended (the revision stops with it)."""
+    outcome = _OUTCOME_OF_STOP.get(type(stop), Outcome.STOPPED)
+    return CallReport(identity, capability, outcome, stop=stop, error=stop.to_json())

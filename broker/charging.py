@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from broker.errors import CapabilityError
+from broker.records import AttemptRecord, AttemptStatus
 
 # Failures whose request may have reached the provider and been carried out.
 MAYBE_CHARGED_CODES = frozenset({"timeout", "connection_lost", "bad_response",
@@ -48,19 +49,18 @@ class ProviderTerms:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class ChargeVerdict:
     charge: Charge
     wait_seconds: float = 0.0  # before asking again (rate limited)
 
 
-def charge_of(error: CapabilityError, terms: ProviderTerms) -> Verdict:
-    status = error.fields.get("status")
-    code = error.fields.get("provider_code") or error.code
+def charge_of(error: CapabilityError, terms: ProviderTerms) -> ChargeVerdict:
+    status, code = error.status, error.provider_code
     if status == 429 or code == "rate_limited":
-        return Verdict(Charge.RATE_LIMITED, retry_after(error.fields.get("retry_after")))
+        return ChargeVerdict(Charge.RATE_LIMITED, retry_after(error.retry_after))
     maybe = (isinstance(status, int) and (status >= 500 or status in (408, 409))) \
         or code in MAYBE_CHARGED_CODES
-    return Verdict(Charge.MAYBE if maybe and terms.charges_on_failure else Charge.FREE)
+    return ChargeVerdict(Charge.MAYBE if maybe and terms.charges_on_failure else Charge.FREE)
 
 
 def retry_after(value: object) -> float:
@@ -72,3 +72,17 @@ def retry_after(value: object) -> float:
     if seconds != seconds or seconds < 0:  # NaN or negative
         return 1.0
     return seconds
+
+
+def never_sent(attempt: AttemptRecord) -> bool:
+    """Withdrawn or abandoned before its request left: no dispatch attempt at all."""
+    return attempt.status is AttemptStatus.ABANDONED and attempt.sent_at is None
+
+
+def counts_as_paid(attempt: AttemptRecord) -> bool:
+    """Does the attempt's price count as spent? Every dispatch attempt does (paid until
+    proven otherwise) but one the provider refused as free (``charged: no``)."""
+    if never_sent(attempt):
+        return False
+    error = attempt.error or {}
+    return not (attempt.status is AttemptStatus.FAILED and error.get("charged") == "no")

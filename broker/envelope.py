@@ -9,6 +9,8 @@ field and the fix.
 from __future__ import annotations
 
 import json
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +33,24 @@ class Budget(_Policy):
     max_cost: float | None = Field(default=None, ge=0, allow_inf_nan=False)
 
 
+# The largest result the host accepts from a sandbox: sandbox.language.LIMITS
+# ["result_bytes"] (the broker sits below the sandbox package; a test holds them equal).
+OUTPUT_BYTES_MAX = 4 << 20
+
+
 class SandboxLimits(_Policy):
     """Per-run sandbox limits. The maxima are what every host can start (the kernel's
-    pids and cgroup limits, a day of wall time): a larger value is refused at submit with
-    the field named, never accepted and then failed at sandbox start."""
+    pids and cgroup limits, a day of wall time) or take back (a result the host reads
+    whole); CPUs and memory are also held to the host's own (``HostMaxima``) when the
+    envelope is loaded: a larger value is refused at submit with the field named, never
+    accepted and then failed at sandbox start."""
 
     memory_mb: int = Field(default=512, ge=16, le=65_536)
     cpus: float = Field(default=1.0, gt=0, le=64)
     pids: int = Field(default=128, ge=8, le=4096)
     tmpfs_mb: int = Field(default=64, ge=1, le=16_384)
     timeout_seconds: float = Field(default=300.0, gt=0, le=86_400, allow_inf_nan=False)
-    output_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
+    output_bytes: int = Field(default=1_048_576, ge=1024, le=OUTPUT_BYTES_MAX)
     args_bytes: int = Field(default=1_048_576, ge=1024, le=64 * 1_048_576)
 
 
@@ -83,6 +92,30 @@ class Envelope(_Policy):
         return capability in self.approvals_required and capability not in self.approvals
 
 
+@dataclass(frozen=True)
+class HostMaxima:
+    """What one sandbox on this host can be given: the host's CPUs and memory."""
+
+    cpus: int
+    memory_mb: int
+
+    @classmethod
+    def of_this_host(cls) -> HostMaxima:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return cls(cpus=os.cpu_count() or 1, memory_mb=pages >> 20)
+
+    def problems(self, limits: SandboxLimits) -> list[tuple[str, str]]:
+        """(field, what to do) for every limit past this host's."""
+        found = []
+        if limits.cpus > self.cpus:
+            found.append(("sandbox.cpus", f"{limits.cpus:g} CPUs is more than this host has "
+                          f"({self.cpus}); ask for at most {self.cpus}"))
+        if limits.memory_mb > self.memory_mb:
+            found.append(("sandbox.memory_mb", f"{limits.memory_mb} MiB is more memory than "
+                          f"this host has ({self.memory_mb} MiB); ask for less"))
+        return found
+
+
 # ---- loading -------------------------------------------------------------------------------
 
 _FIX_BY_TYPE = {
@@ -91,11 +124,25 @@ _FIX_BY_TYPE = {
 }
 
 
-def load_envelope(path: Path) -> Envelope:
-    """Read an envelope from JSON or YAML (chosen by extension, else JSON then YAML)."""
+# An envelope is grants, limits and approvals: a few hundred bytes. The file's size is
+# checked before it is parsed (a YAML parser takes about half a second per MiB).
+MAX_ENVELOPE_BYTES = 256 * 1024
+
+
+def load_envelope(path: Path, maxima: HostMaxima | None = None) -> Envelope:
+    """Read an envelope from JSON or YAML (chosen by extension, else JSON then YAML), its
+    sandbox limits within ``maxima`` (this host's by default)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_ENVELOPE_BYTES + 1)
+        if len(raw) > MAX_ENVELOPE_BYTES:
+            raise InputError(f"envelope file {path} is over the limit of {MAX_ENVELOPE_BYTES} "
+                             "bytes (not a setting: an envelope holds grants, limits and "
+                             "approvals, a few hundred bytes); pass the envelope, not the "
+                             "args or the data, to --envelope", file=str(path),
+                             limit=MAX_ENVELOPE_BYTES)
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise InputError(f"envelope file {path} does not exist; pass an existing JSON or "
                          "YAML file to --envelope", file=str(path)) from None
@@ -111,9 +158,15 @@ def load_envelope(path: Path) -> Envelope:
                          f"got {type(data).__name__}; write e.g. {{\"grants\": "
                          "[\"image.generate\"]}", file=str(path))
     try:
-        return Envelope.model_validate(data)
+        envelope = Envelope.model_validate(data)
     except ValidationError as exc:
         raise _validation_error(path, exc) from None
+    problems = (maxima or HostMaxima.of_this_host()).problems(envelope.sandbox)
+    if problems:
+        field, fix = problems[0]
+        raise InputError(f"envelope file {path}: field {field!r}: {fix}", file=str(path),
+                         field=field)
+    return envelope
 
 
 def _parse(path: Path, text: str) -> Any:
@@ -124,6 +177,8 @@ def _parse(path: Path, text: str) -> Any:
         return _parse_yaml(path, text)
     try:
         return json.loads(text) if text.strip() else None
+    except RecursionError:
+        raise _too_deep(path) from None
     except ValueError:
         return _parse_yaml(path, text)
 
@@ -133,6 +188,8 @@ def _parse_json(path: Path, text: str) -> Any:
         return None
     try:
         return json.loads(text)
+    except RecursionError:
+        raise _too_deep(path) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"envelope file {path} is not valid JSON: {exc.msg} at line "
                          f"{exc.lineno} column {exc.colno}; fix the syntax there",
@@ -142,12 +199,20 @@ def _parse_json(path: Path, text: str) -> Any:
 def _parse_yaml(path: Path, text: str) -> Any:
     try:
         return yaml.safe_load(text)
+    except RecursionError:
+        raise _too_deep(path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or "syntax error"
         raise InputError(f"envelope file {path} is not valid YAML: {problem}{where}; fix the "
                          "syntax there", file=str(path)) from None
+
+
+def _too_deep(path: Path) -> InputError:
+    return InputError(f"envelope file {path} nests too deeply to read; an envelope is a "
+                      "flat object like {\"grants\": [\"image.generate\"], \"sandbox\": "
+                      "{\"timeout_seconds\": 60}}", file=str(path))
 
 
 def _validation_error(path: Path, exc: ValidationError) -> InputError:

@@ -1,9 +1,18 @@
 """One error hierarchy for the whole host side.
 
 Every error has a stable ``code`` (stored in run records and printed in JSON),
-a human message that names the problem and the fix, and typed fields such as
-the identity it concerns. Errors survive pickling because Celery moves them
-between processes.
+a human message that names the problem and the fix, and typed fields declared
+in its class body like a dataclass's (``identity: IdentityText | None = None``)
+and checked when the error is made: an unknown or mistyped field is a
+programming error (TypeError). One root, ``ReviseError``, and a base per
+subsystem: input and configuration, admission (checker, gate, repair guard),
+safety stops, broker, store, sandbox, queue.
+
+An error survives every way it travels whole, with its class, code and fields:
+pickling (Celery's prefork pool), Celery's JSON result backend (it rebuilds an
+exception as ``cls(*args)``, so ``args`` holds the message and every field in
+declaration order), a queue answer or run report (``to_json`` and
+``error_from_json``).
 
 Scripts never run in the host process, so host errors are ordinary
 ``Exception`` subclasses. The errors a *script* can see are defined again,
@@ -14,91 +23,160 @@ swallow. ``SafetyStop`` marks the host errors that end a run that way.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar, dataclass_transform
+
+from broker import error_fields
+from broker.error_fields import MISSING, Positional
+
+if TYPE_CHECKING:
+    from pydantic import JsonValue
+
+# A call identity's text (``site@path:occurrence``). An ``Identity`` given for such a field
+# is stored as its text.
+IdentityText = str
 
 
-class ReviseError(Exception):
+def positional(*, default: Any = MISSING, kw_only: bool = False) -> Any:
+    """A field its class takes by position after the message, for the classes whose callers
+    build them so (``workers.outcome``). Type checkers read ``kw_only`` only where it is
+    written: write ``kw_only=False``."""
+    return Positional(default)
+
+
+@dataclass_transform(kw_only_default=True, field_specifiers=(positional,))
+class _Declared:
+    """Type checkers read each subclass's annotated fields as its keyword-only
+    constructor arguments after the message, so raise sites are checked before they run."""
+
+
+class ReviseError(_Declared, Exception):
     """Root of every error Revise raises on purpose."""
 
-    code = "revise_error"
+    code: ClassVar[str] = "revise_error"
+    _registry: ClassVar[dict[str, type[ReviseError]]] = {}
+    message: str = positional(kw_only=False)
 
-    def __init__(self, message: str, **fields: Any) -> None:
-        super().__init__(message)
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "code" not in cls.__dict__:
+            raise TypeError(f"{cls.__name__} declares no code of its own")
+        owners = {c.code: c.__name__ for c in ReviseError._registry.values()}
+        if cls.code in owners or cls.__name__ in ReviseError._registry:
+            raise TypeError(f"{cls.__name__} (code {cls.code!r}): its name or code is taken")
+        ReviseError._registry[cls.__name__] = cls
+
+    def __init__(self, message: str, *values: Any, **fields: Any) -> None:
+        if not isinstance(message, str):
+            raise TypeError(f"{type(self).__name__} takes a message (str) first, got "
+                            f"{type(message).__name__}")
+        checked = error_fields.check(type(self), values, fields)
+        super().__init__(message, *checked.values())
         self.message = message
-        self.fields = fields
+        for name, value in checked.items():
+            setattr(self, name, value)
 
-    def __getattr__(self, name: str) -> Any:
-        fields = self.__dict__.get("fields", {})
-        if name in fields:
-            return fields[name]
-        raise AttributeError(name)
+    def __str__(self) -> str:
+        return self.message
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.message, self.fields))
 
     @property
-    def identity(self) -> str | None:
-        value = self.fields.get("identity")
-        return None if value is None else str(value)
+    def fields(self) -> dict[str, Any]:
+        """Every declared field and its value (its default when it was not given)."""
+        return {f.name: getattr(self, f.name) for f in error_fields.fields_of(type(self))}
 
     def to_json(self) -> dict[str, Any]:
-        """Type, code, message and every typed field: what crosses a queue or a report."""
-        return {**_json_fields(self.fields), "type": type(self).__name__, "code": self.code,
-                "message": self.message, "identity": self.identity}
+        """Type, code, message, identity and every typed field: what crosses a queue or is
+        stored in a report."""
+        return {"type": type(self).__name__, "code": self.code, "message": self.message,
+                "identity": getattr(self, "identity", None), **self.fields}
 
 
-def _json_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    plain = (str, int, float, bool, type(None))
-    out: dict[str, Any] = {}
-    for key, value in fields.items():
-        if isinstance(value, plain):
-            out[key] = value
-        elif isinstance(value, list | tuple) and all(isinstance(v, plain) for v in value):
-            out[key] = list(value)
-        else:
-            out[key] = str(value)
-    return out
+ReviseError._registry[ReviseError.__name__] = ReviseError
 
 
 def _rebuild(cls: type[ReviseError], message: str, fields: dict[str, Any]) -> ReviseError:
     return cls(message, **fields)
 
 
+# ---- input and configuration ---------------------------------------------------------------
+
+
 class ConfigError(ReviseError):
+    """A setting, a credential or a configured endpoint is wrong."""
+
     code = "config_error"
+    setting: str | None = None  # the REVISE_* variable to fix
+    capability: str | None = None
+    status: int | None = None  # the HTTP status an endpoint answered with
 
 
 class InputError(ReviseError):
-    """A user-supplied file or value is malformed (script bytes, args, envelope)."""
+    """A user-supplied file or value is malformed (script bytes, args, envelope, a name)."""
 
     code = "input_error"
+    file: str | None = None
+    line: int | None = None
+    field: str | None = None  # what the bad value is for: an envelope key, "run id", ...
+    value: str | None = None  # the bad value, shortened for display
+    limit: int | None = None  # the limit it is over
+    run_id: str | None = None
+    capability: str | None = None
+    artifact: str | None = None
 
 
-# ---- checker and gate (pre-spend) ----------------------------------------------------------
+# ---- admission: checker, gate, repair guard (pre-spend) ------------------------------------
 
 
-class CheckerError(ReviseError):
-    code = "checker_error"
+class AdmissionError(ReviseError):
+    """A script or candidate is refused before anything runs or is spent."""
+
+    code = "admission_error"
 
 
-class CheckFailed(CheckerError):
+class CheckFailed(AdmissionError):
+    """The checker refused the script."""
+
     code = "check_failed"
+    rules: list[str]  # each violation's rule id (R00-R12), in the report's order
+    lines: list[int]  # each violation's line, in the same order
 
 
-class AnnotationError(CheckerError):
+class AnnotationError(AdmissionError):
     code = "annotation_error"
+    site: str | None = None
+    line: int | None = None
 
 
-class GateError(ReviseError):
-    code = "gate_error"
+class GateRejected(AdmissionError):
+    """The gate refused the candidate: a committed call would change or go."""
 
-
-class GateRejected(GateError):
     code = "gate_rejected"
+    # each as the gate reports it: kind (removed | capability_changed | call_changed |
+    # ambiguous), site, and what it knows of the lines and candidates
+    counterexamples: list[dict[str, JsonValue]]
 
 
-class PrefixConflict(GateError):
+class CallsDropped(AdmissionError):
+    """The repair loop's call-count guard: a candidate with fewer capability call
+    expressions than the failed script (it would drop work the run has to do)."""
+
+    code = "calls_dropped"
+    calls: int  # call expressions in the candidate
+    required_calls: int  # ... in the failed script
+    dropped_lines: list[int]  # lines of the failed script's expressions it lacks
+
+
+class NoScript(AdmissionError):
+    """A model's answer holds no script to judge."""
+
+    code = "no_script"
+
+
+class PrefixConflict(AdmissionError):
     code = "prefix_conflict"
+    site: str
 
 
 # ---- safety stops (end the run; a script can never catch them) ------------------------------
@@ -106,18 +184,24 @@ class PrefixConflict(GateError):
 
 class SafetyStop(ReviseError):
     code = "safety_stop"
+    identity: IdentityText | None = None  # the call that was stopped, when one was
 
 
 class ReplayDivergence(SafetyStop):
     code = "replay_divergence"
+    committed_digest: str | None = None
+    digest: str | None = None  # of the payload the revision sent
+    line: int | None = None  # of the committed call
 
 
 class AttemptUnresolved(SafetyStop):
     code = "attempt_unresolved"
+    attempt_id: int | None = None
 
 
 class AttemptInFlight(SafetyStop):
     code = "attempt_in_flight"
+    attempt_id: int | None = None
 
 
 class RevisionNotRunning(SafetyStop):
@@ -125,10 +209,14 @@ class RevisionNotRunning(SafetyStop):
     or redelivered copy. Nothing is spent; the delivery is acknowledged as stale."""
 
     code = "revision_not_running"
+    run_id: str | None = None
+    status: str | None = None  # the revision's
 
 
 class SemanticRepeatDenied(SafetyStop):
     code = "semantic_repeat_denied"
+    committed_identity: IdentityText | None = None  # where the payload was paid before
+    committed_line: int | None = None
 
 
 class TakeNotApproved(SafetyStop):
@@ -136,10 +224,14 @@ class TakeNotApproved(SafetyStop):
     envelope does not approve further takes of that capability."""
 
     code = "take_not_approved"
+    committed_identity: IdentityText | None = None
+    capability: str | None = None
 
 
 class CapabilityDenied(SafetyStop):
     code = "capability_denied"
+    capability: str
+    field: str | None = None  # the payload field refused
 
 
 class BudgetExceeded(SafetyStop):
@@ -154,20 +246,26 @@ class SandboxProtocolError(SafetyStop):
     """The sandbox broke the RPC protocol (or wrote anything the host did not expect)."""
 
     code = "sandbox_protocol_error"
+    site: str | None = None
 
 
 class StoreUnavailable(SafetyStop):
     code = "store_unavailable"
-
-
-class LedgerUnavailable(SafetyStop):
-    code = "ledger_unavailable"
+    url: str | None = None  # password masked
+    service: str | None = None
+    host: str | None = None
+    port: int | None = None
+    action: str | None = None  # what was being done
+    spool: str | None = None  # where a paid result waits to be committed
 
 
 class QueueUnavailable(SafetyStop):
     """Redis as Celery broker or result backend does not answer (``broker.outage``)."""
 
     code = "queue_unavailable"
+    service: str | None = None
+    host: str | None = None
+    port: int | None = None
 
 
 class Parked(SafetyStop):
@@ -183,16 +281,33 @@ class Parked(SafetyStop):
 
 class BrokerError(ReviseError):
     code = "broker_error"
+    identity: IdentityText | None = None
+    job_id: str | None = None
 
 
 class CapabilityError(BrokerError):
     """A provider rejected or failed a call. Scripts may catch it by name."""
 
     code = "capability_error"
+    capability: str
+    status: int | None  # HTTP status; None when no answer came
+    provider_code: str  # the provider's own code (invalid_parameter, rate_limited, ...)
+    retryable: bool = False
+    field: str | None = None  # the payload field the provider refused
+    param: str | None = None  # ... as the provider named it
+    retry_after: str | None = None  # the Retry-After header as sent
+
+
+# ---- run store -----------------------------------------------------------------------------
 
 
 class StoreError(ReviseError):
     code = "store_error"
+    run_id: str | None = None
+    identity: IdentityText | None = None
+    attempt_id: int | None = None
+    status: str | None = None  # the attempt's
+    action: str | None = None
 
 
 class SlotConflict(StoreError):
@@ -210,6 +325,9 @@ class SchemaNotReady(StoreError):
     yet, or an older one); it never migrates."""
 
     code = "schema_not_ready"
+    url: str  # password masked
+    schema: str | None = None  # the store's; None: no Revise schema at all
+    head: str | None = None  # the one this code reads
 
 
 class RunBusy(StoreError):
@@ -217,6 +335,7 @@ class RunBusy(StoreError):
     revisions never pay for the same payload together."""
 
     code = "run_busy"
+    revision: int | None = None  # the one still running
 
 
 # ---- sandbox -------------------------------------------------------------------------------
@@ -224,6 +343,7 @@ class RunBusy(StoreError):
 
 class SandboxError(ReviseError):
     code = "sandbox_error"
+    identity: IdentityText | None = None
 
 
 class SandboxTimeout(SandboxError):
@@ -247,17 +367,53 @@ class ScriptError(SandboxError):
     code = "script_error"
 
 
-def error_class(name: str) -> type[ReviseError]:
-    """The ReviseError subclass called ``name`` (for errors that crossed a process)."""
-    stack: list[type[ReviseError]] = [ReviseError]
-    while stack:
-        cls = stack.pop()
-        if cls.__name__ == name:
-            return cls
-        stack.extend(cls.__subclasses__())
-    return ReviseError
+# ---- the job queue (Celery deployment) -----------------------------------------------------
+
+
+class QueueError(ReviseError):
+    code = "queue_error"
+    job_id: str | None = None
+
+
+class DispatchFailed(QueueError):
+    """The dispatcher could not answer a job: it died at every delivery, or its task failed
+    with an error that is not an answer."""
+
+    code = "dispatch_failed"
+    deliveries: int | None = None  # how many times it was started and died
+
+
+class JobInFlight(QueueError):
+    """A copy of a job is still being dispatched by another worker; this one waited for its
+    answer and gave up."""
+
+    code = "job_in_flight"
+    holder: str | None = None  # the worker dispatching it
+
+
+def error_class(name: str) -> type[ReviseError] | None:
+    """The ReviseError subclass called ``name`` (for errors that crossed a process); None
+    when no imported module defines one."""
+    return ReviseError._registry.get(name)
 
 
 def error_from_json(data: dict[str, Any]) -> ReviseError:
-    fields = {k: v for k, v in data.items() if k not in {"type", "code", "message"}}
-    return error_class(str(data.get("type")))(str(data.get("message", "")), **fields)
+    """The error ``to_json`` described, rebuilt as its class with its typed fields. A
+    ValueError when ``data`` is not such a description (it came from a queue: hostile)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"an error is described by a JSON object, not {type(data).__name__}")
+    name = data.get("type")
+    cls = error_class(name) if isinstance(name, str) else None
+    if cls is None:
+        raise ValueError(f"an error of unknown type {str(name)[:100]!r}")
+    if data.get("code", cls.code) != cls.code:
+        raise ValueError(f"a {cls.__name__} with code {str(data.get('code'))[:100]!r}; its "
+                         f"code is {cls.code!r}")
+    declared = {f.name for f in error_fields.fields_of(cls)}
+    fields = {k: v for k, v in data.items() if k not in {"type", "code", "message"}
+              and not (k == "identity" and v is None and k not in declared)}
+    message = data.get("message")
+    try:
+        return cls(message if isinstance(message, str) else str(message), **fields)
+    except TypeError as exc:
+        raise ValueError(str(exc)) from None

@@ -37,5 +37,5 @@ def authorize(envelope: Envelope, name: str, payload: Any, *, identity: str
         normalized = capability.normalize(payload)
     except CapabilityDenied as exc:
         raise CapabilityDenied(exc.message, identity=identity, capability=capability.name,
-                               field=exc.fields.get("field")) from None
+                               field=exc.field) from None
     return capability, normalized

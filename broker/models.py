@@ -38,6 +38,7 @@ from broker.records import (
     JobRecord,
     JobStatus,
     RevisionRecord,
+    RevisionStatus,
     RunRecord,
     RunStatus,
     SlotRecord,
@@ -239,6 +240,12 @@ class Attempt(Base):
     # (written just before it does) and when its answer was recorded (NULL: none came).
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # What executing the claimed call needs besides its payload blob (``digest``): a broker
+    # worker reads the call from here, never from a queue message.
+    take: Mapped[int] = mapped_column(Integer, server_default="1")
+    fingerprint: Mapped[str | None] = mapped_column(String(128))
+    chain_fingerprint: Mapped[str | None] = mapped_column(String(128))
+    line: Mapped[int | None] = mapped_column(Integer)
 
 
 class Certificate(Base):
@@ -319,7 +326,9 @@ def attempt_record(row: Any) -> AttemptRecord:
                          number=row.number, status=AttemptStatus(row.status), owner=row.owner,
                          created_at=row.created_at, heartbeat_at=row.heartbeat_at,
                          idempotency_key=row.idempotency_key, error=row.error,
-                         sent_at=row.sent_at, answered_at=row.answered_at)
+                         sent_at=row.sent_at, answered_at=row.answered_at,
+                         take=row.take or 1, fingerprint=row.fingerprint or "",
+                         chain_fingerprint=row.chain_fingerprint or "", line=row.line)
 
 
 def run_record(row: Any) -> RunRecord:
@@ -330,7 +339,8 @@ def run_record(row: Any) -> RunRecord:
 def revision_record(row: Any) -> RevisionRecord:
     return RevisionRecord(run_id=row.run_id, revision=row.revision,
                           source_digest=row.source_digest, source_text=row.source_text,
-                          status=row.status, created_at=row.created_at, summary=row.summary,
+                          status=RevisionStatus(row.status), created_at=row.created_at,
+                          summary=row.summary,
                           args_digest=row.args_digest, envelope_digest=row.envelope_digest,
                           owner=row.owner, heartbeat_at=row.heartbeat_at)
 

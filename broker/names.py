@@ -57,7 +57,7 @@ def validate_name(kind: str, value: object) -> str:
     """Return ``value`` if it is a valid ``kind`` (e.g. "run id"); else raise InputError."""
     if not isinstance(value, str):
         raise InputError(f"{kind} must be a string, got {type(value).__name__}; "
-                         f"use a name such as 'shots-2024.1'", name_kind=kind)
+                         f"use a name such as 'shots-2024.1'", field=kind)
     # Only-dots names can never match (the first character must be alphanumeric);
     # checked on its own anyway so that widening the pattern cannot let '..' through.
     if _NAME.fullmatch(value) is None or set(value) <= {"."}:
@@ -66,7 +66,7 @@ def validate_name(kind: str, value: object) -> str:
             f"directory name and a queue key, so it must match {NAME_PATTERN} (1-"
             f"{MAX_NAME_LENGTH} ASCII letters, digits, '.', '_' or '-', starting with a "
             f"letter or digit); for example 'shots-2024.1'",
-            name_kind=kind, value=_shown(value))
+            field=kind, value=_shown(value))
     return value
 
 

@@ -25,8 +25,20 @@ class AttemptStatus(StrEnum):
 
 
 OPEN_ATTEMPT_STATUSES = frozenset({AttemptStatus.PENDING, AttemptStatus.UNRESOLVED})
+# A committed slot holds the answer: the provider's, or one an operator wrote back.
+COMMITTED_ATTEMPT_STATUSES = frozenset({AttemptStatus.SUCCEEDED, AttemptStatus.RESOLVED})
 # What an operator may decide on (``revise reconcile``): open, or possibly charged.
 RECONCILABLE_ATTEMPT_STATUSES = OPEN_ATTEMPT_STATUSES | {AttemptStatus.UNCERTAIN}
+
+
+class RevisionStatus(StrEnum):
+    """A revision's state in the store, and the ``status`` of its run report."""
+
+    RUNNING = "running"
+    PARKED = "parked"  # a sandbox job's answer only: the revision runs on, its job waits
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
 
 
 class RunStatus(StrEnum):
@@ -75,6 +87,10 @@ class AttemptRecord:
     error: dict[str, Any] | None = None
     sent_at: datetime | None = None  # the request left for the provider
     answered_at: datetime | None = None  # its answer (result or error) was recorded
+    take: int = 1  # which take of its payload (the blob under ``digest`` holds both)
+    fingerprint: str = ""  # the call expression's, for the slot its commit writes
+    chain_fingerprint: str = ""
+    line: int | None = None
 
 
 # The event written with a decision on an attempt, in the decision's transaction:
@@ -98,6 +114,11 @@ class CallClaim:
     # approves a further take of this capability (``Envelope.approved_takes``).
     lower_takes: tuple[str, ...] = ()
     take_approved: bool = False
+    # Stored with the attempt: what executing it and committing its slot need.
+    take: int = 1
+    fingerprint: str = ""
+    chain_fingerprint: str = ""
+    line: int | None = None
 
 
 @dataclass(frozen=True)
@@ -146,14 +167,6 @@ class Begin:
 
 
 @dataclass(frozen=True)
-class Claim:
-    """Outcome of an atomic attempt claim: either ours, or the open one in the way."""
-
-    attempt: AttemptRecord
-    claimed: bool
-
-
-@dataclass(frozen=True)
 class RunRecord:
     run_id: str
     status: RunStatus
@@ -169,7 +182,7 @@ class RevisionRecord:
     revision: int
     source_digest: str
     source_text: str
-    status: str
+    status: RevisionStatus
     created_at: datetime
     summary: dict[str, Any] | None = None
     args_digest: str | None = None  # the run's inputs as this revision received them

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, func, insert, update
 
 from broker import models
 from broker import statements as sql
-from broker.identity import Identity
+from broker.identity import Identity, sha256_hex
 from broker.models import (
     attempt_record,
     certificates,
@@ -34,10 +34,20 @@ from broker.records import (
     AttemptRecord,
     JobStatus,
     RevisionEnd,
+    RevisionStatus,
     RunStatus,
     SlotRecord,
 )
 
+
+def put_blob_txn(conn: Connection, run_id: str, kind: str, data: bytes) -> str:
+    """Store ``data`` under its sha256 for the run (once: same digest, same bytes): the
+    run's inputs and the claimed calls' payloads."""
+    digest = sha256_hex(data)
+    conn.execute(sql.insert_blob(conn.dialect.name), {
+        "run_id": run_id, "digest": digest, "kind": kind, "data": data,
+        "created_at": models.utcnow()})
+    return digest
 
 def slots_txn(conn: Connection, run_id: str) -> list[SlotRecord]:
     rows = conn.execute(sql.SLOTS_OF_RUN, {"run_id": run_id}).all()
@@ -58,15 +68,13 @@ def start_revision_txn(conn: Connection, run_id: str, revision: int, *, owner: s
     if job_id is not None:
         # First, and on the job row: a resume of a job judged lost (``resume_lost_job``)
         # is conditional on this row, so of the two exactly one goes on.
-        fenced = conn.execute(update(jobs).where(
-            jobs.c.job_id == job_id, func.coalesce(jobs.c.resumes, 0) == resumes,
-            jobs.c.status.in_([JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
-            .values(updated_at=now))
+        fenced = conn.execute(update(jobs).where(*_at_start(job_id, resumes))
+                              .values(updated_at=now))
         if fenced.rowcount == 0:
             return None
     owned = conn.execute(update(revisions).where(
         revisions.c.run_id == run_id, revisions.c.revision == revision,
-        revisions.c.status == "running").values(owner=owner, heartbeat_at=now))
+        revisions.c.status == RevisionStatus.RUNNING).values(owner=owner, heartbeat_at=now))
     if owned.rowcount == 0:
         return None
     prefix = slots_txn(conn, run_id)
@@ -83,6 +91,48 @@ def start_revision_txn(conn: Connection, run_id: str, revision: int, *, owner: s
     return prefix, True
 
 
+def fail_job_revision_txn(conn: Connection, job_id: str, resumes: int, reason: str,
+                           summary: dict[str, Any]) -> bool:
+    """Job ``job_id``'s revision fails (its sandbox job gave up or broke) with its job
+    finished and its run failed, if start number ``resumes`` is still the job's current
+    one and the revision still runs. False for a stale delivery: a copy of a task the job
+    has moved past (finished, parked, resumed as another task) writes nothing, so it never
+    turns a finished revision into a failed one."""
+    now = models.utcnow()
+    # The job row first, as ``start_revision_txn`` does: a resume of the job and this
+    # failure are conditional on it, so of the two exactly one goes on.
+    job = conn.execute(update(jobs).where(*_at_start(job_id, resumes))
+                       .values(status=JobStatus.FINISHED.value, updated_at=now)
+                       .returning(jobs.c.run_id, jobs.c.revision)).first()
+    if job is None:
+        return False
+    failed = conn.execute(update(revisions).where(
+        revisions.c.run_id == job.run_id, revisions.c.revision == job.revision,
+        revisions.c.status == RevisionStatus.RUNNING)
+        .values(status=RevisionStatus.FAILED.value, summary=summary))
+    if failed.rowcount == 0:
+        return False  # it ended meanwhile; the job row only caught up
+    fail_run_txn(conn, job.run_id, job.revision, reason, now)
+    add_event_txn(conn, job.run_id, "sandbox_failed", reason, revision=job.revision, at=now)
+    return True
+
+
+def _at_start(job_id: str, resumes: int) -> tuple[Any, ...]:
+    """Job ``job_id`` waits for, or runs, its start number ``resumes``."""
+    return (jobs.c.job_id == job_id, func.coalesce(jobs.c.resumes, 0) == resumes,
+            jobs.c.status.in_([JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
+
+
+def fail_run_txn(conn: Connection, run_id: str, revision: int, reason: str,
+                 at: datetime) -> None:
+    """The run fails with ``reason`` if ``revision`` is its latest (a run blocked on an
+    unresolved attempt stays blocked)."""
+    conn.execute(update(runs).where(
+        runs.c.run_id == run_id, runs.c.revisions == revision,
+        runs.c.status != RunStatus.BLOCKED.value)
+        .values(status=RunStatus.FAILED.value, detail=reason[:500], updated_at=at))
+
+
 def revision_facts_txn(conn: Connection, run_id: str, revision: int
                        ) -> tuple[list[AttemptRecord], list[SlotRecord]]:
     """What a finished revision's report is made of: its attempts and the run's slots."""
@@ -96,9 +146,10 @@ def end_revision_txn(conn: Connection, end: RevisionEnd) -> None:
     save_certificate_txn(conn, end.run_id, end.revision, end.certificate_digest,
                          list(end.certificate_entries), now)
     save_orphans_txn(conn, end.run_id, end.revision, end.orphans, end.orphan_policy, now)
-    conn.execute(insert(events), [
-        event_row(end.run_id, kind, message, revision=end.revision, data=data, at=now)
-        for kind, message, data in end.events])
+    if end.events:  # an executemany of no rows is an insert of one empty row
+        conn.execute(insert(events), [
+            event_row(end.run_id, kind, message, revision=end.revision, data=data, at=now)
+            for kind, message, data in end.events])
     conn.execute(update(revisions).where(
         revisions.c.run_id == end.run_id, revisions.c.revision == end.revision)
         .values(status=end.status, summary=end.summary))

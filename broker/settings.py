@@ -3,21 +3,14 @@
 A bad value is a ``ConfigError`` naming the variable (never a pydantic traceback).
 ``REVISE_DATABASE_URL`` accepts ``postgres://`` and ``postgresql://`` (the forms most
 tools print) and means the project's driver by them (``postgresql+psycopg://``).
-A ``REVISE_*`` variable that no settings class reads and no script or compose file
-uses is a warning, logged once per process when the settings are read, with the
-nearest real name; ``revise config --check`` makes it an error (exit 2). It is not
-an error at start-up because a stale variable must not stop a running deployment's
-workers, but it is never silently ignored.
+Every layer's settings derive from ``CheckedSettings``; which ``REVISE_*`` names are
+read at all (and which are misspelt) is known only above every layer, in
+``workers.variables``.
 """
 
 from __future__ import annotations
 
-import difflib
-import functools
-import logging
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -31,23 +24,14 @@ PREFIX = "REVISE_"
 POSTGRES_DRIVER = "postgresql+psycopg"
 DATABASE_URL_FORMS = (f"{POSTGRES_DRIVER}://USER:PASSWORD@HOST:5432/DB (postgres:// and "
                       "postgresql:// mean the same), or sqlite:///PATH")
-# REVISE_* names read outside the settings classes: by compose.yaml (REVISE_DB_PASSWORD,
-# REVISE_HOST_HOME, REVISE_DOCKER_GID, REVISE_FLOWER_AUTH), the Procfile
-# (REVISE_FLOWER_PORT), sandbox/image.py and the shell scripts under sandbox/, and the
-# tests and benchmarks. Known names, never reported as misspellings.
-OTHER_VARIABLES = frozenset({
-    "REVISE_DB_PASSWORD", "REVISE_HOST_HOME", "REVISE_DOCKER_GID", "REVISE_FLOWER_AUTH",
-    "REVISE_FLOWER_PORT", "REVISE_SANDBOX_BASE_IMAGE", "REVISE_BASE_MIRROR",
-    "REVISE_BASE_TAG", "REVISE_BASE_SUITE", "REVISE_DOCKERD_LOG", "REVISE_DOCKER_STORAGE",
-    "REVISE_ENGINE_WAIT",
-    "REVISE_TEST_REDIS_DB", "REVISE_CRASH_RUNS", "REVISE_BENCH_REDIS_DB",
-    "REVISE_BENCH_REDIS_URL", "REVISE_FLOOR_PREFIX", "REVISE_FLOOR_DATABASE_URL"})
-_log = logging.getLogger("revise.settings")
 
 
 class SettingsError(ConfigError, ValueError):
     """A setting's value is refused. A ValueError too, as pydantic's ValidationError was:
     callers that caught that keep working."""
+
+    code = "settings_error"
+    problems: list[str]  # one per refused variable: its name and why
 
 
 class SandboxKind(StrEnum):
@@ -104,10 +88,6 @@ class CheckedSettings(BaseSettings):
 class Settings(CheckedSettings):
     model_config = SettingsConfigDict(env_prefix=PREFIX, extra="ignore")
 
-    def __init__(self, **values: Any) -> None:
-        super().__init__(**values)
-        warn_unknown(os.environ)
-
     home: Path = Field(default=Path("./.revise"), description="state directory")
     database_url: str | None = Field(
         default=None, description="SQLAlchemy URL; default SQLite (WAL) under HOME")
@@ -125,7 +105,6 @@ class Settings(CheckedSettings):
         description="where the built sandbox image id is pinned; one per machine, not per "
         "HOME, because every HOME on the host runs the same image")
     ledger_policy: LedgerPolicy = LedgerPolicy.AUTO
-    ledger_backend: str = Field(default="sql", description="sql | redis")
     orphan_policy: OrphanPolicy = OrphanPolicy.WARN
     relocation: Relocation = Field(
         default=Relocation.REMAP, description="remap: a committed call moved to a unique "
@@ -140,8 +119,6 @@ class Settings(CheckedSettings):
         default=False, description="the HTTP provider deduplicates requests that carry the "
         "same Idempotency-Key: a failure it may have charged for is asked again with the "
         "key, and a later call for the same request in the run reuses it")
-    # Fail-closed switch: the permissive opt-out is an explicit operator decision.
-    ledger_fail_closed: bool = True
     attempt_lease_seconds: float = Field(
         default=30.0, gt=0, description="a pending attempt whose heartbeat (every third of "
         "this) is older than this is unresolved; on the owner's host a dead owner is seen "
@@ -304,7 +281,7 @@ def mask_url(url: str) -> str:
     return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
 
 
-# ---- errors and unknown variables -----------------------------------------------------
+# ---- errors and variable names ----------------------------------------------------------
 
 
 def settings_error(exc: ValidationError, prefix: str) -> SettingsError:
@@ -322,53 +299,14 @@ def env_names(settings_class: type[BaseSettings]) -> list[str]:
     return [f"{prefix}{name}".upper() for name in settings_class.model_fields]
 
 
-def known_variables() -> frozenset[str]:
-    """Every REVISE_* name something reads: the settings classes' and OTHER_VARIABLES."""
-    # Imported here: the queue's and the process sandbox's settings sit in higher layers.
-    from sandbox.process_profile import ProcessSettings
-    from workers.config import WorkerSettings
-
-    classes: tuple[type[BaseSettings], ...] = (Settings, WorkerSettings, ProcessSettings)
-    return frozenset(name for cls in classes for name in env_names(cls)) | OTHER_VARIABLES
+# ---- problems between settings: what a role would refuse or start degraded with --------
 
 
-@dataclass(frozen=True)
-class UnknownVariable:
-    name: str
-    nearest: str | None
-
-    def line(self) -> str:
-        hint = (f"did you mean {self.nearest}?" if self.nearest
-                else "`revise config` lists every setting")
-        return f"{self.name} is not a Revise setting and is ignored; {hint}"
-
-
-def unknown_variables(environ: Mapping[str, str] | Iterable[str]) -> list[UnknownVariable]:
-    """The REVISE_* names in ``environ`` nothing reads, each with its nearest known name
-    (names are matched without regard to case, as the settings read them)."""
-    names = {n.upper() for n in environ if n.upper().startswith(PREFIX)}
-    if names <= _settings_names():
-        return []
-    known = known_variables()
-    # Compared without the common prefix, which would make every name look close.
-    tails = {name.removeprefix(PREFIX): name for name in known}
-    return [UnknownVariable(name, next(
-        (tails[t] for t in difflib.get_close_matches(name.removeprefix(PREFIX), tails, n=1)),
-        None)) for name in sorted(names - known)]
-
-
-@functools.cache
-def _settings_names() -> frozenset[str]:
-    """The names known without importing the other layers' settings (the usual case)."""
-    return frozenset(env_names(Settings)) | OTHER_VARIABLES
-
-
-def warn_unknown(environ: Mapping[str, str]) -> None:
-    _warn_once(frozenset(n for n in environ if n.upper().startswith(PREFIX)))
-
-
-@functools.cache
-def _warn_once(names: frozenset[str]) -> None:
-    """Once per process and set of names: Settings() is built many times by one command."""
-    for unknown in unknown_variables(names):
-        _log.warning("%s", unknown.line())
+def provider_problem(settings: Settings) -> str | None:
+    """The broker workers' provider is configured, or the one line that says what is not."""
+    if settings.provider == "http" and not settings.provider_base_url:
+        return ("REVISE_PROVIDER=http needs REVISE_PROVIDER_BASE_URL, e.g. "
+                "https://api.openai.com/v1")
+    if settings.provider not in ("local", "http"):
+        return f"REVISE_PROVIDER={settings.provider} is not a provider; use local or http"
+    return None

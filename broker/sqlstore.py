@@ -40,6 +40,17 @@ from sqlalchemy.exc import (
 
 from broker import models
 from broker import statements as sql
+from broker.calls import ClaimedCall
+from broker.claim_txns import (
+    BudgetCheck,
+    WaveRefused,
+    begin_calls_txn,
+    claimed_calls_txn,
+    latest_attempt_txn,
+    settled_txn,
+    take_attempt_txn,
+    withdraw_unsent_txn,
+)
 from broker.errors import (
     RunBusy,
     RunNotFound,
@@ -48,7 +59,7 @@ from broker.errors import (
     StoreError,
     StoreUnavailable,
 )
-from broker.identity import Identity, request_key, sha256_hex
+from broker.identity import Identity
 from broker.migrations import current_revision, head_revision, upgrade
 from broker.models import (
     attempt_record,
@@ -64,7 +75,6 @@ from broker.models import (
     run_record,
     runs,
     slot_record,
-    slots,
 )
 from broker.names import validate_name
 from broker.outage import describe, where
@@ -78,13 +88,12 @@ from broker.records import (
     Begin,
     CallClaim,
     CertificateRecord,
-    Claim,
     EventRecord,
     JobRecord,
     JobStatus,
-    PaidAt,
     RevisionEnd,
     RevisionRecord,
+    RevisionStatus,
     RunRecord,
     RunStatus,
     SlotRecord,
@@ -92,9 +101,11 @@ from broker.records import (
 from broker.revision_txns import (
     add_event_txn,
     end_revision_txn,
+    fail_job_revision_txn,
+    fail_run_txn,
+    put_blob_txn,
     revision_facts_txn,
     save_certificate_txn,
-    save_orphans_txn,
     slots_txn,
     start_revision_txn,
 )
@@ -104,11 +115,6 @@ T = TypeVar("T")
 
 _OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
 _RECONCILABLE = [s.value for s in RECONCILABLE_ATTEMPT_STATUSES]
-_COMMITTED = {AttemptStatus.SUCCEEDED.value, AttemptStatus.RESOLVED.value}
-_NOT_CLAIMABLE = {*_OPEN, *_COMMITTED}
-# Attempts that may have paid for their request: in flight, possibly charged, unknown.
-_MAYBE_PAID = [AttemptStatus.PENDING.value, AttemptStatus.UNCERTAIN.value,
-               AttemptStatus.UNRESOLVED.value]
 _TRANSIENT = {"40001", "40P01"}  # serialization failure, deadlock detected
 _TRANSIENT_RETRIES = 3
 
@@ -128,15 +134,6 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     return run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
 
 
-def put_blob_txn(conn: Connection, run_id: str, kind: str, data: bytes) -> str:
-    """Store ``data`` under its sha256 for the run (once: same digest, same bytes)."""
-    digest = sha256_hex(data)
-    conn.execute(sql.insert_blob(conn.dialect.name), {
-        "run_id": run_id, "digest": digest, "kind": kind, "data": data,
-        "created_at": models.utcnow()})
-    return digest
-
-
 def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str,
                      args: bytes | None = None, envelope: bytes | None = None,
                      owner: str | None = None) -> int:
@@ -148,13 +145,15 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     if touched.rowcount == 0:
         raise RunNotFound(f"run {run_id!r} does not exist; create it first", run_id=run_id)
     running = conn.execute(select(revisions.c.revision, revisions.c.owner).where(
-        revisions.c.run_id == run_id, revisions.c.status == "running").limit(1)).first()
+        revisions.c.run_id == run_id, revisions.c.status == RevisionStatus.RUNNING
+    ).limit(1)).first()
     if running is not None:
         raise RunBusy(
             f"run {run_id!r} has revision {running.revision} still running (owner "
             f"{running.owner or 'unknown'}); one revision of a run runs at a time, so that two "
-            f"never pay for the same call. Wait for it (`revise status {run_id}`) and submit "
-            "again; a revision whose runner died is failed once its lease expires",
+            f"never pay for the same call. Wait for it (`revise show {run_id}` shows it "
+            "running until it ends) and submit again; a revision whose runner died is failed "
+            "once its lease expires",
             run_id=run_id, revision=running.revision)
     latest = conn.execute(select(func.max(revisions.c.revision))
                           .where(revisions.c.run_id == run_id)).scalar()
@@ -163,7 +162,8 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     envelope_digest = None if envelope is None else put_blob_txn(conn, run_id, "envelope",
                                                                  envelope)
     conn.execute(insert(revisions).values(run_id=run_id, revision=number, source_text=source_text,
-                                          source_digest=source_digest, status="running",
+                                          source_digest=source_digest,
+                                          status=RevisionStatus.RUNNING,
                                           summary=None, created_at=now, args_digest=args_digest,
                                           envelope_digest=envelope_digest, owner=owner,
                                           heartbeat_at=now))
@@ -207,170 +207,8 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
     return stored
 
 
-BudgetCheck = Callable[[str, int, float], "str | None"]
-
-
-def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
-                    claims: Sequence[CallClaim], *, budget: BudgetCheck | None,
-                    price_of: Callable[[str], float]) -> list[Begin]:
-    """Decide and record the calls of one wave in one transaction: for each, committed
-    already? an attempt of it in the way? paid (or maybe paid) anywhere in the run, this
-    revision and this wave included? a further take nobody approved? within budget? else
-    claim the next attempt under the request's key and store the payload blob.
-
-    A wave is claimed whole or not at all: when any of its calls stops (a divergence, a
-    semantic repeat, an unapproved take, the budget) or finds an attempt in the way,
-    ``WaveRefused`` rolls the transaction back and nothing is claimed, so a stop anywhere
-    in a wave dispatches none of it. A revision that is no longer running (finished, or
-    lost and failed by the reconciler) claims nothing either: a late delivery never spends.
-
-    The run's row is locked first (PostgreSQL; SQLite writers hold the database lock),
-    so concurrent broker workers of one run decide one after the other and can never
-    spend past the budget, or pay one request twice, together.
-    """
-    head = conn.execute(sql.revision_head(conn.dialect.name),
-                        {"run_id": run_id, "revision": revision}).first()
-    if head is None or head.status != "running":
-        return [Begin(stale=head.status if head is not None else "missing")] * len(claims)
-    token = head.token or _new_run_token(conn, run_id)
-    calls, cost = _spent_txn(conn, run_id, price_of) if budget is not None else (0, 0.0)
-    decisions: list[Begin] = []
-    for claim in claims:
-        latest = _latest_attempt(conn, run_id, claim.identity)
-        begin = _decided_txn(conn, run_id, revision, claim, latest)
-        if begin is None and budget is not None:
-            refusal = budget(claim.capability, calls, cost)
-            begin = None if refusal is None else Begin(over_budget=refusal)
-        if begin is None:
-            if claim.payload is not None:
-                put_blob_txn(conn, run_id, "payload", claim.payload)
-            begin = Begin(claimed=True, attempt=_insert_attempt_txn(
-                conn, run_id, claim.identity, claim.capability, claim.digest, revision,
-                owner, request_key(token, claim.capability, claim.digest), latest))
-            calls, cost = calls + 1, cost + price_of(claim.capability)
-        decisions.append(begin)
-    if any(d.in_the_way or d.stops(c.capability, c.digest)
-           for d, c in zip(decisions, claims, strict=True)):
-        raise WaveRefused([Begin() if d.claimed else d for d in decisions])
-    return decisions
-
-
 class _Reconnect(Exception):
     """The transaction's connection was dropped before anything was committed."""
-
-
-class WaveRefused(Exception):
-    """Raised inside the claim transaction to roll it back; carries the decisions."""
-
-    def __init__(self, decisions: list[Begin]) -> None:
-        super().__init__("the wave claims nothing")
-        self.decisions = decisions
-
-
-def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim,
-                 latest: Any) -> Begin | None:
-    """What stands in the way of claiming ``claim`` (None: nothing does); ``latest`` is the
-    identity's latest attempt row."""
-    where = sql.at(claim.identity, run_id)
-    request = where | {"capability": claim.capability, "digest": claim.digest}
-    # One read: the slot at the identity first, else a paid twin anywhere in the run.
-    row = conn.execute(sql.SLOT_OR_PAID if claim.check_ledger else sql.SLOT_AT,
-                       request).first()
-    found = None if row is None else slot_record(row)
-    if found is not None and found.identity == claim.identity:
-        return Begin(slot=found)
-    own = _own_attempt(conn, revision, claim, latest)
-    if own is not None:
-        return own
-    if found is not None:
-        return Begin(repeat=PaidAt(found.identity, found.revision, "committed", found.line))
-    if not claim.check_ledger:
-        return None
-    statuses = [AttemptStatus.PENDING.value] if claim.dedupes else _MAYBE_PAID
-    row = conn.execute(sql.ATTEMPT_PAID_ELSEWHERE, request | {"statuses": statuses}).first()
-    if row is not None:
-        paid = attempt_record(row)
-        return Begin(repeat=PaidAt(paid.identity, paid.revision,
-                                   "in flight" if paid.status is AttemptStatus.PENDING
-                                   else "may have been charged"))
-    if claim.lower_takes and not claim.take_approved and revision > 1:
-        row = conn.execute(sql.LOWER_TAKE_PAID, {
-            "run_id": run_id, "capability": claim.capability,
-            "digests": list(claim.lower_takes), "revision": revision}).first()
-        if row is not None and conn.execute(sql.TAKE_ASKED_BEFORE, request | {
-                "revision": revision}).first() is None:
-            paid_slot = slot_record(row)
-            return Begin(take=PaidAt(paid_slot.identity, paid_slot.revision, "committed",
-                                     paid_slot.line))
-    return None
-
-
-def _new_run_token(conn: Connection, run_id: str) -> str:
-    """A run row the migration left without a token gets one now, once."""
-    conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.token.is_(None))
-                 .values(token=secrets.token_hex(16)))
-    return str(conn.execute(sql.RUN_TOKEN, {"run_id": run_id}).scalar())
-
-
-def _own_attempt(conn: Connection, revision: int, claim: CallClaim, latest: Any
-                 ) -> Begin | None:
-    """The identity's own latest attempt, when it decides the call."""
-    if latest is None:
-        return None
-    if latest.status in _COMMITTED:
-        # Committed between the slot read and this one (PostgreSQL reads each statement's
-        # own snapshot): read the slot again and replay it.
-        row = conn.execute(sql.SLOT_AT, sql.at(claim.identity, latest.run_id)).first()
-        return Begin(slot=slot_record(row)) if row is not None else Begin(
-            attempt=attempt_record(latest))
-    if latest.status in _OPEN:
-        return Begin(attempt=attempt_record(latest))
-    answered = latest.status in (AttemptStatus.FAILED.value, AttemptStatus.UNCERTAIN.value)
-    if answered and latest.revision == revision:
-        return Begin(failed=attempt_record(latest))  # a redelivery: the same answer again
-    if (latest.status == AttemptStatus.UNCERTAIN.value and latest.digest == claim.digest
-            and claim.check_ledger and not claim.dedupes):
-        return Begin(attempt=attempt_record(latest))  # maybe paid: an operator decides
-    return None
-
-
-def _spent_txn(conn: Connection, run_id: str, price_of: Callable[[str], float]
-               ) -> tuple[int, float]:
-    """Provider dispatch attempts of the run so far, and their cost."""
-    spent = conn.execute(select(attempts.c.capability, func.count()).where(
-        attempts.c.run_id == run_id).group_by(attempts.c.capability)).all()
-    return sum(n for _, n in spent), sum(price_of(name) * n for name, n in spent)
-
-
-def _latest_attempt(conn: Connection, run_id: str, identity: Identity) -> Any:
-    return conn.execute(sql.LATEST_ATTEMPT, sql.at(identity, run_id)).first()
-
-
-def claim_attempt_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
-                      digest: str, revision: int, owner: str,
-                      idempotency_key: str | None) -> Claim:
-    """Return the open attempt in the way, or insert the next one (unique key decides races)."""
-    latest = _latest_attempt(conn, run_id, identity)
-    # Open (someone may be calling the provider) or committed (a duplicate that lost the
-    # race must replay): either way this caller does not dispatch.
-    if latest is not None and latest.status in _NOT_CLAIMABLE:
-        return Claim(attempt=attempt_record(latest), claimed=False)
-    return Claim(attempt=_insert_attempt_txn(conn, run_id, identity, capability, digest,
-                                             revision, owner, idempotency_key, latest),
-                 claimed=True)
-
-
-def _insert_attempt_txn(conn: Connection, run_id: str, identity: Identity, capability: str,
-                        digest: str, revision: int, owner: str, idempotency_key: str | None,
-                        latest: Any) -> AttemptRecord:
-    """Insert the attempt after ``latest`` (the claimable one before it, or None)."""
-    now = models.utcnow()
-    row = conn.execute(sql.INSERT_ATTEMPT, sql.at(identity, run_id) | {
-        "number": 0 if latest is None else latest.number + 1, "capability": capability,
-        "digest": digest, "revision": revision, "status": AttemptStatus.PENDING.value,
-        "owner": owner, "idempotency_key": idempotency_key, "error": None,
-        "created_at": now, "heartbeat_at": now}).one()
-    return attempt_record(row)
 
 
 def resolve_attempt_txn(conn: Connection, attempt_id: int, status: AttemptStatus, operator: str,
@@ -629,13 +467,13 @@ class SqlStore:
         result = self._run("renewing a revision lease", lambda c: c.execute(
             update(revisions).where(revisions.c.run_id == run_id,
                                     revisions.c.revision == revision,
-                                    revisions.c.status == "running")
+                                    revisions.c.status == RevisionStatus.RUNNING)
             .values(owner=owner, heartbeat_at=models.utcnow())))
         return result.rowcount > 0
 
     def running_revisions(self, run_id: str | None = None) -> list[RevisionRecord]:
         """Running revisions, of one run or of all."""
-        query = select(revisions).where(revisions.c.status == "running")
+        query = select(revisions).where(revisions.c.status == RevisionStatus.RUNNING)
         if run_id is not None:
             query = query.where(revisions.c.run_id == run_id)
         rows = self._run("listing running revisions", lambda c: c.execute(
@@ -649,7 +487,7 @@ class SqlStore:
             select(revisions).join(runs, (runs.c.run_id == revisions.c.run_id)
                                    & (runs.c.revisions == revisions.c.revision))
             .where(runs.c.status == RunStatus.RUNNING.value,
-                   revisions.c.status != "running")).all(), write=False)
+                   revisions.c.status != RevisionStatus.RUNNING)).all(), write=False)
         return [revision_record(r) for r in rows]
 
     def lose_revision(self, run_id: str, revision: int, reason: str, summary: dict[str, Any],
@@ -661,7 +499,7 @@ class SqlStore:
             beat = revisions.c.heartbeat_at
             done = conn.execute(update(revisions).where(
                 revisions.c.run_id == run_id, revisions.c.revision == revision,
-                revisions.c.status == "running",
+                revisions.c.status == RevisionStatus.RUNNING,
                 beat.is_(None) if seen_heartbeat is None else beat == seen_heartbeat)
                 .values(status="failed", summary=summary))
             if done.rowcount == 0:
@@ -670,19 +508,16 @@ class SqlStore:
             conn.execute(update(jobs).where(jobs.c.run_id == run_id,
                                             jobs.c.revision == revision)
                          .values(status=JobStatus.LOST.value, updated_at=now))
-            conn.execute(update(runs).where(
-                runs.c.run_id == run_id, runs.c.revisions == revision,
-                runs.c.status != RunStatus.BLOCKED.value)
-                .values(status=RunStatus.FAILED.value, detail=reason[:500], updated_at=now))
+            fail_run_txn(conn, run_id, revision, reason, now)
             return True
 
         return self._run("marking a lost revision", txn)
 
-    def accept_job(self, job_id: str, run_id: str, revision: int,
-                   message: dict[str, Any]) -> JobRecord:
-        """Record a job the dispatcher queued (once: a redelivery finds the first)."""
-        return self._run("recording an accepted job", lambda c: accept_job_txn(
-            c, job_id, run_id, revision, message))
+    def fail_job_revision(self, job_id: str, resumes: int, reason: str,
+                          summary: dict[str, Any]) -> bool:
+        """``broker.revision_txns.fail_job_revision_txn``: False for a stale delivery."""
+        return self._run("failing a job's revision", lambda c: fail_job_revision_txn(
+            c, job_id, resumes, reason, summary))
 
     def get_job(self, job_id: str) -> JobRecord | None:
         row = self._run("reading a job", lambda c: c.execute(
@@ -726,17 +561,10 @@ class SqlStore:
         """The revision's parked job, accepted again (one more resume) when none of the
         revision's attempts is still pending; None when it is not parked or still waits.
         One statement, so of two brokers settling its last calls at once one wakes it."""
-        pending = select(attempts.c.id).where(
-            attempts.c.run_id == run_id, attempts.c.revision == revision,
-            attempts.c.status == AttemptStatus.PENDING.value).exists()
-
         def txn(conn: Connection) -> JobRecord | None:
-            row = conn.execute(update(jobs).where(
-                jobs.c.run_id == run_id, jobs.c.revision == revision,
-                jobs.c.status == JobStatus.PARKED.value, ~pending)
-                .values(status=JobStatus.ACCEPTED.value, updated_at=models.utcnow(),
-                        resumes=func.coalesce(jobs.c.resumes, 0) + 1)
-                .returning(*jobs.c)).first()
+            row = conn.execute(sql.WAKE_PARKED, {
+                "parked_run": run_id, "parked_revision": revision,
+                "now": models.utcnow()}).first()
             return None if row is None else job_record(row)
 
         return self._run("waking a parked job", txn)
@@ -771,10 +599,6 @@ class SqlStore:
 
     # -- blobs (inputs and payloads by digest) --
 
-    def put_blob(self, run_id: str, kind: str, data: bytes) -> str:
-        return self._run("storing a blob", lambda c: put_blob_txn(c, run_id, kind, data),
-                         race_retries=3)
-
     def get_blobs(self, run_id: str, digests: Iterable[str]) -> dict[str, bytes]:
         wanted = sorted(set(digests))
         if not wanted:
@@ -806,20 +630,6 @@ class SqlStore:
         except WaveRefused as refused:
             return refused.decisions
 
-    def paid_identities(self, run_id: str, capability: str, digest: str,
-                        other_than: int) -> list[Identity]:
-        """The run-wide paid-payload ledger: where this payload was committed before."""
-        rows = self._run("reading the paid-payload ledger", lambda c: c.execute(
-            select(slots).where(slots.c.run_id == run_id, slots.c.capability == capability,
-                                slots.c.digest == digest,
-                                slots.c.revision != other_than)).all(), write=False)
-        return sorted(slot_record(r).identity for r in rows)
-
-    def claim_attempt(self, run_id: str, identity: Identity, capability: str, digest: str,
-                      revision: int, owner: str, idempotency_key: str | None) -> Claim:
-        return self._run("claiming an attempt", lambda c: claim_attempt_txn(
-            c, run_id, identity, capability, digest, revision, owner, idempotency_key),
-            race_retries=10)
 
     def commit(self, slot: SlotRecord, attempt_id: int | None) -> SlotRecord:
         stored = self._run("committing a slot", lambda c: commit_slot_txn(c, slot, attempt_id))
@@ -835,13 +645,29 @@ class SqlStore:
         self._settle(attempt_id, "failing an attempt", status=status.value, error=error,
                      answered_at=models.utcnow())
 
-    def sent_attempt(self, attempt_id: int) -> bool:
-        """The attempt's request is about to leave for the provider (its dispatch record:
-        an operator sees from any host that it may have been paid). False when the attempt
-        is no longer pending (taken back as never sent): then it must not be sent."""
-        done = self._run("recording a dispatch", lambda c: c.execute(sql.SENT_ATTEMPT, {
-            "attempt_id": attempt_id, "now": models.utcnow()}))
-        return done.rowcount > 0
+    def take_attempt(self, attempt_id: int, owner: str) -> bool:
+        """The attempt's request is about to leave for the provider: its dispatch record
+        (an operator sees from any host that it may have been paid), and ``owner`` the one
+        who sends it. False when it is not pending and unsent (a duplicate took it, it was
+        withdrawn or abandoned as never sent) or its revision stopped: then it must not be
+        sent."""
+        return self._run("recording a dispatch",
+                         lambda c: take_attempt_txn(c, attempt_id, owner))
+
+    def claimed_calls(self, run_id: str, revision: int, ids: Collection[int]
+                      ) -> list[ClaimedCall]:
+        return self._run("reading claimed calls", lambda c: claimed_calls_txn(
+            c, run_id, revision, ids), write=False)
+
+    def withdraw_unsent(self, run_id: str, revision: int, owner: str, reason: str
+                        ) -> list[int]:
+        return self._run("withdrawing unsent attempts", lambda c: withdraw_unsent_txn(
+            c, run_id, revision, owner, reason))
+
+    def settled(self, run_id: str, ids: Collection[int]
+                ) -> list[tuple[AttemptRecord, SlotRecord | None]]:
+        return self._run("reading attempts", lambda c: settled_txn(c, run_id, ids),
+                         write=False)
 
     def abandon_unsent(self, attempt_id: int, *, by: str) -> bool:
         """Abandon a pending attempt whose request never left (no dispatch record): nothing
@@ -867,10 +693,16 @@ class SqlStore:
 
         return self._run("abandoning an unsent attempt", txn)
 
-    def heartbeat_attempts(self, attempt_ids: Collection[int]) -> None:
-        """Renew the heartbeat of those of ``attempt_ids`` that are still pending."""
-        self._run("heartbeating attempts", lambda c: c.execute(sql.HEARTBEAT, {
-            "ids": list(attempt_ids), "now": models.utcnow()}))
+    def heartbeat_attempts(self, attempt_ids: Collection[int], owner: str | None = None
+                           ) -> None:
+        """Renew the heartbeat of those of ``attempt_ids`` that are still pending (and, with
+        ``owner``, still owned by a token that starts with it: an attempt a broker took
+        from its asker is the broker's to renew)."""
+        params: dict[str, Any] = {"ids": list(attempt_ids), "now": models.utcnow()}
+        if owner is not None:
+            params["owner_prefix"] = owner
+        statement = sql.HEARTBEAT if owner is None else sql.HEARTBEAT_OWNED
+        self._run("heartbeating attempts", lambda c: c.execute(statement, params))
 
     def _settle(self, attempt_id: int, action: str, **values: Any) -> None:
         def txn(conn: Connection) -> bool:
@@ -894,23 +726,9 @@ class SqlStore:
         return [attempt_record(r) for r in rows]
 
     def latest_attempt(self, run_id: str, identity: Identity) -> AttemptRecord | None:
-        row = self._run("reading an attempt", lambda c: _latest_attempt(c, run_id, identity),
+        row = self._run("reading an attempt", lambda c: latest_attempt_txn(c, run_id, identity),
                         write=False)
         return None if row is None else attempt_record(row)
-
-    def mark_unresolved(self, stale_before: datetime) -> list[AttemptRecord]:
-        """Pending attempts without a heartbeat since ``stale_before`` become unresolved.
-
-        One conditional UPDATE ... RETURNING: with concurrent callers each
-        attempt is returned by exactly one of them.
-        """
-        if stale_before.tzinfo is None:
-            raise ValueError("stale_before must be timezone-aware")
-        rows = self._run("marking stale attempts unresolved", lambda c: c.execute(
-            update(attempts).where(attempts.c.status == AttemptStatus.PENDING.value,
-                                   attempts.c.heartbeat_at < stale_before)
-            .values(status=AttemptStatus.UNRESOLVED.value).returning(*attempts.c)).all())
-        return sorted((attempt_record(r) for r in rows), key=lambda a: a.id)
 
     def resolve_attempt(self, attempt_id: int, status: AttemptStatus, *, operator: str,
                         reason: str, slot: SlotRecord | None = None,
@@ -934,12 +752,6 @@ class SqlStore:
             return None
         return CertificateRecord(run_id=row.run_id, revision=row.revision, digest=row.digest,
                                  entries=row.entries, created_at=row.created_at)
-
-    def save_orphans(self, run_id: str, revision: int, identities: list[Identity],
-                     policy: str) -> None:
-        if identities:
-            self._run("saving orphans", lambda c: save_orphans_txn(
-                c, run_id, revision, identities, policy, models.utcnow()))
 
     def list_orphans(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._run("listing orphans", lambda c: c.execute(

@@ -11,12 +11,18 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, case, insert, select, update
+from sqlalchemy import Connection, Table, bindparam, case, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from broker.identity import Identity
-from broker.models import attempts, blobs, revisions, runs, slots
-from broker.records import OPEN_ATTEMPT_STATUSES, AttemptStatus
+from broker.models import attempts, blobs, jobs, revisions, runs, slots
+from broker.records import (
+    COMMITTED_ATTEMPT_STATUSES,
+    OPEN_ATTEMPT_STATUSES,
+    AttemptStatus,
+    JobStatus,
+    RevisionStatus,
+)
 
 SLOT_KEY = ["run_id", "site", "path", "occurrence"]
 OPEN = [s.value for s in OPEN_ATTEMPT_STATUSES]
@@ -76,10 +82,6 @@ SUCCEED_ATTEMPT = (update(attempts)
                    .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN))
                    .values(status=AttemptStatus.SUCCEEDED.value,
                            answered_at=bindparam("now")))
-SENT_ATTEMPT = (update(attempts)
-                .where(attempts.c.id == bindparam("attempt_id"),
-                       attempts.c.status == AttemptStatus.PENDING.value)
-                .values(sent_at=bindparam("now")))
 CONFLICTED_ATTEMPT = (update(attempts)
                       .where(attempts.c.id == bindparam("attempt_id"),
                              attempts.c.status.in_(OPEN))
@@ -88,6 +90,57 @@ HEARTBEAT = (update(attempts)
              .where(attempts.c.id.in_(bindparam("ids", expanding=True)),
                     attempts.c.status == AttemptStatus.PENDING.value)
              .values(heartbeat_at=bindparam("now")))
+# The same, for the attempts still owned by one process (its token is their prefix).
+HEARTBEAT_OWNED = HEARTBEAT.where(
+    func.substr(attempts.c.owner, 1, func.length(bindparam("owner_prefix")))
+    == bindparam("owner_prefix"))
+
+# The claimed calls a capability task names, with their payloads: pending, never sent,
+# of that run and revision (anything else a message names is left out).
+CLAIMED_CALLS = (
+    select(attempts, blobs.c.data)
+    .join(blobs, (blobs.c.run_id == attempts.c.run_id) & (blobs.c.digest == attempts.c.digest))
+    .where(attempts.c.id.in_(bindparam("ids", expanding=True)),
+           attempts.c.run_id == bindparam("run_id"),
+           attempts.c.revision == bindparam("revision"),
+           attempts.c.status == AttemptStatus.PENDING.value, attempts.c.sent_at.is_(None))
+    .order_by(attempts.c.id))
+# The dispatch record: the attempt is taken by one sender, only while pending, unsent and
+# its revision running.
+_REVISION_RUNNING = select(revisions.c.revision).where(
+    revisions.c.run_id == attempts.c.run_id, revisions.c.revision == attempts.c.revision,
+    revisions.c.status == RevisionStatus.RUNNING.value).exists()
+TAKE_ATTEMPT = (update(attempts)
+                .where(attempts.c.id == bindparam("attempt_id"),
+                       attempts.c.status == AttemptStatus.PENDING.value,
+                       attempts.c.sent_at.is_(None), _REVISION_RUNNING)
+                .values(sent_at=bindparam("now"), owner=bindparam("taker"),
+                        heartbeat_at=bindparam("now")))
+# Attempts as they stand, each with its slot once committed; the slot's columns are
+# labelled ``slot_<name>``.
+SETTLED = (
+    select(attempts, *(c.label(f"slot_{c.name}") for c in slots.c))
+    .outerjoin(slots, attempts.c.status.in_([s.value for s in COMMITTED_ATTEMPT_STATUSES])
+               & (slots.c.run_id == attempts.c.run_id) & (slots.c.site == attempts.c.site)
+               & (slots.c.path == attempts.c.path)
+               & (slots.c.occurrence == attempts.c.occurrence))
+    .where(attempts.c.run_id == bindparam("run_id"),
+           attempts.c.id.in_(bindparam("ids", expanding=True))))
+
+# The revision's parked job accepted again, when none of its attempts is pending (an
+# UPDATE's bind parameters cannot take its columns' names).
+WAKE_PARKED = (
+    update(jobs)
+    .where(jobs.c.run_id == bindparam("parked_run"),
+           jobs.c.revision == bindparam("parked_revision"),
+           jobs.c.status == JobStatus.PARKED.value,
+           ~select(attempts.c.id).where(attempts.c.run_id == bindparam("parked_run"),
+                                        attempts.c.revision == bindparam("parked_revision"),
+                                        attempts.c.status == AttemptStatus.PENDING.value)
+           .exists())
+    .values(status=JobStatus.ACCEPTED.value, updated_at=bindparam("now"),
+            resumes=func.coalesce(jobs.c.resumes, 0) + 1)
+    .returning(*jobs.c))
 
 
 def _dialect(name: str) -> Any:

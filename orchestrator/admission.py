@@ -8,11 +8,11 @@ the prefix as it is when the job starts (``regate``).
 
 from __future__ import annotations
 
-import ast
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from broker.records import SlotRecord
+from broker.syntax import parse_python
 from orchestrator.annotate import Annotated, annotate
 from orchestrator.checker import CheckReport, check
 from orchestrator.gate import GateResult, check_gate, frozen_sites
@@ -48,7 +48,7 @@ class Admission:
     def from_wire(cls, data: dict[str, Any]) -> Admission:
         """The dispatcher's admission as a sandbox job carries it; the gate runs again
         against the prefix the revision starts on (``regate``)."""
-        sites = tuple(Site(**s) for s in data["sites"])
+        sites = tuple(Site.from_json(s) for s in data["sites"])
         return cls(data["text"], sites, GateResult(accepted=False))
 
 
@@ -60,21 +60,12 @@ class Refusal:
     gate: GateResult | None
 
 
-def admit_unchecked(source: Source, slots: list[SlotRecord]) -> Admission:
-    """Annotate and gate WITHOUT the checker: only for the sandbox acceptance checks and
-    the attack tests, which prove that the sandbox holds alone when the checker is
-    bypassed. Never reachable from the CLI or the queue."""
-    annotated = annotate(source.text, ast.parse(source.text))
-    gate = check_gate(frozen_sites(slots), annotated.sites)
-    return Admission(annotated.text, annotated.sites, gate)
-
-
 def admit(source: Source, slots: list[SlotRecord], *, relocation: str = "remap"
           ) -> Admission | Refusal:
     checked = check(source.text)
     if not checked.valid:
         return Refusal(checked, None)
-    tree = ast.parse(source.text)
+    tree = parse_python(source.text)
     annotated: Annotated = annotate(source.text, tree)
     gate = check_gate(frozen_sites(slots), annotated.sites,
                       relocation=relocation)

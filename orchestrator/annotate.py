@@ -19,13 +19,14 @@ import json
 from dataclasses import dataclass
 
 from broker.errors import AnnotationError
-from orchestrator.checker.reach import executions
+from broker.syntax import parse_python
+from orchestrator.checker.reach import Reach
+from orchestrator.site_program import is_site_call
 from orchestrator.sites import (
     AT_FUNCTION,
     FN_FUNCTION,
     SITE_KEYWORD,
     Site,
-    is_site_call,
     site_table,
     unwrap_at,
 )
@@ -96,9 +97,9 @@ def _site_keyword(text: str, offsets: _Offsets, call: ast.Call, local: str
 
 
 def annotate(text: str, tree: ast.Module | None = None) -> Annotated:
-    tree = tree if tree is not None else ast.parse(text)
+    tree = tree if tree is not None else parse_python(text)
     unwrap_at(tree)  # the bounds are asked about the calls as the script wrote them
-    table = site_table(tree, executions(tree))
+    table = site_table(tree, Reach(tree))
     offsets = _Offsets(text)
     # (position, order, text); at one position the piece inserted last ends up first,
     # so a wrapper's ")" (0) lands before a `_site=` keyword (1) before an opening (2).
@@ -132,7 +133,7 @@ def annotate(text: str, tree: ast.Module | None = None) -> Annotated:
 
 def verify_annotation(annotated: Annotated) -> None:
     """Re-parse the annotated text: same sites, each counted call carrying its own tag."""
-    tree = ast.parse(annotated.text)
+    tree = parse_python(annotated.text)
     tags = unwrap_at(tree)
     again = site_table(tree)
     if [(s.site, s.fingerprint) for s in again.sites] != [

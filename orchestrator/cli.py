@@ -1,15 +1,18 @@
-"""The ``revise`` command line (JSON with --json, tables otherwise)."""
+"""The host's commands of ``revise`` (JSON with --json, tables otherwise).
+
+``workers.cli`` is the program: it adds the commands that need the queue or every
+layer's settings (``submit``, ``config``, ``repair`` through the workers).
+"""
 
 from __future__ import annotations
 
-import ast
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from broker.errors import InputError
+from broker.syntax import parse_python
 from orchestrator import render
 from orchestrator.artifact_cli import register as register_artifact
 from orchestrator.cli_common import (
@@ -22,12 +25,10 @@ from orchestrator.cli_common import (
     err,
     guard,
     out,
-    read_json,
+    read_bounded,
+    read_result,
     read_script,
 )
-from orchestrator.config_cli import register as register_config
-from orchestrator.repair_cli import register as register_repair
-from orchestrator.submit_cli import register as register_submit
 
 # Plain help (rich_markup_mode=None): rendering it with rich took longer than the rest of
 # `revise --help`.
@@ -66,7 +67,7 @@ def _read_only_services():
     try:
         return _services(read_only=True)
     except SchemaNotReady as exc:
-        if exc.fields.get("schema") is not None:
+        if exc.schema is not None:
             raise
         return None
 
@@ -76,10 +77,13 @@ def _read_only_services():
 def check_cmd(script: Path, as_json: JsonFlag = False) -> None:
     """Run the static checker (R00-R12) on SCRIPT; exit 0 when valid."""
     from orchestrator.checker import check
+    from orchestrator.refusals import check_failed
     from orchestrator.source import decode_source
 
     report = check(decode_source(read_script(script)).text)
-    emit(as_json, report.to_json(), lambda c: render.check_report(c, report))
+    refusal = None if report.valid else check_failed(report.violations).to_json()
+    emit(as_json, {**report.to_json(), "error": refusal},
+         lambda c: render.check_report(c, report))
     raise typer.Exit(EXIT_OK if report.valid else EXIT_FAILED)
 
 
@@ -92,7 +96,7 @@ def sites_cmd(script: Path, as_json: JsonFlag = False) -> None:
 
     source = decode_source(read_script(script))
     try:
-        tree = ast.parse(source.text)
+        tree = parse_python(source.text)
     except SyntaxError as exc:
         raise InputError(f"{script}: syntax error at line {exc.lineno}: {exc.msg}") from None
     sites = assign_sites(tree)
@@ -106,12 +110,13 @@ def sites_cmd(script: Path, as_json: JsonFlag = False) -> None:
 def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
     """Check SCRIPT against the frozen prefix of run R (starts nothing)."""
     from orchestrator.gate import check_gate, frozen_sites
+    from orchestrator.refusals import gate_rejected
     from orchestrator.sites import assign_sites
     from orchestrator.source import decode_source
 
     source = decode_source(read_script(script))
     try:
-        tree = ast.parse(source.text)
+        tree = parse_python(source.text)
     except SyntaxError as exc:
         raise InputError(f"{script}: syntax error at line {exc.lineno}: {exc.msg}") from None
     services = _services(read_only=True)
@@ -121,7 +126,8 @@ def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
                             assign_sites(tree), relocation=str(services.settings.relocation))
     finally:
         services.close()
-    emit(as_json, result.to_json(), lambda c: render.gate(c, result))
+    refusal = None if result.accepted else gate_rejected(result.counterexamples).to_json()
+    emit(as_json, {**result.to_json(), "error": refusal}, lambda c: render.gate(c, result))
     raise typer.Exit(EXIT_OK if result.accepted else EXIT_FAILED)
 
 
@@ -322,7 +328,7 @@ def reconcile_cmd(
         raise InputError("--artifact FILE goes with --result FILE or --from-log FILE")
     kwargs: dict[str, Any] = {}
     if result is not None:
-        kwargs["result"] = read_json(result, "result")
+        kwargs["result"] = read_result(result)
     if not abandon:
         kwargs["imports"] = [Imported(str(path), _read_artifact(path)) for path in artifact or []]
     services = _services()
@@ -351,10 +357,9 @@ def reconcile_cmd(
 
 
 def _read_artifact(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read artifact file {path}: {exc.strerror}") from None
+    limit = _settings().artifact_max_bytes
+    return read_bounded(path, "artifact", limit, "raise REVISE_ARTIFACT_MAX_BYTES (every "
+                        "process of the deployment must see the same value) to import it")
 
 
 @app.command("demo")
@@ -400,16 +405,4 @@ def db_upgrade_cmd(as_json: JsonFlag = False) -> None:
         f"{prepared.revision}"))
 
 
-register_repair(app)
-register_submit(app)
 register_artifact(app)
-register_config(app)
-
-
-def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    app()
-
-
-if __name__ == "__main__":
-    main()

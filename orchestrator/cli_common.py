@@ -105,21 +105,56 @@ def guard(fn: Callable[..., None]) -> Callable[..., None]:
     return wrapper
 
 
-def read_json(path: Path | None, what: str = "args") -> Any:
-    if path is None:
-        return {}
+def read_bounded(path: Path, what: str, limit: int, fix: str) -> bytes:
+    """The bytes of ``path``, its size checked before a byte is read (a pipe has no size:
+    one byte past ``limit`` is read); a file over ``limit`` is one error naming it, the
+    limit and ``fix``."""
+    import stat
+
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        info = path.stat()
+        size = info.st_size if stat.S_ISREG(info.st_mode) else None
+        if size is None or size <= limit:
+            with path.open("rb") as handle:
+                data = handle.read(limit + 1)
+            if len(data) <= limit:
+                return data
     except OSError as exc:
-        raise InputError(f"cannot read {what} file {path}: {exc.strerror}") from None
+        raise InputError(f"cannot read {what} file {path}: {exc.strerror}; pass an existing "
+                         "file", file=str(path)) from None
+    shown = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+    raise InputError(f"{what} file {path} is {shown}, over the limit of {limit} bytes; {fix}",
+                     file=str(path), limit=limit)
+
+
+# A result an operator writes back (`revise reconcile --result`): a provider answer's JSON,
+# which points at its artifacts rather than holding their bytes.
+MAX_RESULT_FILE_BYTES = 8 << 20
+RESULT_EXAMPLE = ('write the call\'s known result as JSON in its capability\'s result shape, '
+                  'e.g. for image.generate {"artifact": {"id": "sha256:<hex>", "media_type": '
+                  '"image/png", "bytes": 1234}, "width": 1024, "height": 1024} (`revise show '
+                  'R` lists committed results)')
+
+
+def read_result(path: Path) -> Any:
+    """The JSON of a ``--result`` file: bounded before parsing, one error naming the fix."""
+    data = read_bounded(path, "result", MAX_RESULT_FILE_BYTES,
+                        "a result names its artifacts (--artifact FILE), it does not hold them")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"result file {path} is not UTF-8 (byte {exc.start}); save it as "
+                         "UTF-8", file=str(path)) from None
+    except RecursionError:
+        raise InputError(f"result file {path} nests too deeply to read; write a flatter "
+                         "JSON value", file=str(path)) from None
     except ValueError as exc:
-        raise InputError(f"{what} file {path} is not JSON ({exc}); write a JSON value such "
-                         "as {\"shots\": [\"a\", \"b\"]}") from None
+        raise InputError(f"result file {path} is not JSON ({exc}); {RESULT_EXAMPLE}",
+                         file=str(path)) from None
 
 
 def read_script(path: Path) -> bytes:
-    try:
-        return path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"cannot read script {path}: {exc.strerror}; pass an existing "
-                         "file") from None
+    from orchestrator.source import MAX_SOURCE_BYTES
+
+    return read_bounded(path, "script", MAX_SOURCE_BYTES, "that is the checker's limit "
+                        "(rule R00, not a setting): move data into --args instead of literals")

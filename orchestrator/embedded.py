@@ -9,7 +9,6 @@ from broker.artifact_stores import open_artifact_store
 from broker.artifacts import ArtifactStore
 from broker.dispatch import Broker
 from broker.envelope import Envelope
-from broker.ledger import Ledger
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
@@ -25,11 +24,10 @@ class Services:
     provider: Provider
     artifacts: ArtifactStore
     runner: Runner | None = None
-    ledger: Ledger | None = None  # a copy of the paid-payload ledger outside the store
 
     def broker(self, envelope: Envelope) -> Broker:
         return Broker(store=self.store, provider=self.provider, envelope=envelope,
-                      settings=self.settings, ledger=self.ledger)
+                      settings=self.settings)
 
     def pipeline(self) -> Pipeline:
         if self.runner is None:

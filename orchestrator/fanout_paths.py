@@ -19,6 +19,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from broker.syntax import parse_python
+
 _FANOUTS = frozenset({"parallel", "race", "dag", "pipeline"})
 _MAX_ITEMS = 10_000
 _SHOWN = 160
@@ -41,7 +43,7 @@ class Fanout:
 def fanouts(text: str, args: Any) -> list[Fanout]:
     """Every ctx.parallel/race/dag/pipeline call of the script, outermost first."""
     try:
-        tree = ast.parse(text)
+        tree = parse_python(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     env = _Env(tree, args)

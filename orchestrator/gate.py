@@ -21,8 +21,9 @@ from enum import StrEnum
 from typing import Any
 
 from broker.errors import PrefixConflict
+from broker.prefix import RACE
 from broker.records import SlotRecord
-from orchestrator.sites import RACE, Site
+from orchestrator.sites import Site
 
 
 class CounterexampleKind(StrEnum):

@@ -9,6 +9,7 @@ from typing import Any
 
 from broker.artifacts import ArtifactStore
 from broker.catalog import CATALOG
+from broker.charging import counts_as_paid
 from broker.errors import ReviseError, RunNotFound
 from broker.identity import Identity
 from broker.records import (
@@ -32,9 +33,11 @@ def _summary(slot: SlotRecord) -> str:
 
 
 def _cost(attempts: Iterable[AttemptRecord]) -> float:
-    """Every dispatch attempt is paid, rejected ones included (as providers bill them)."""
+    """The unit prices of the attempts the provider may have charged for: a refusal its
+    terms make free, or a request that never left, costs nothing
+    (``broker.charging.counts_as_paid``)."""
     return round(sum(CATALOG[a.capability].unit_price for a in attempts
-                     if a.capability in CATALOG), 6)
+                     if a.capability in CATALOG and counts_as_paid(a)), 6)
 
 
 def relocations_of(summary: dict[str, Any] | None) -> list[dict[str, Any]]:
@@ -106,11 +109,23 @@ def _price(capability: str) -> float:
     return CATALOG[capability].unit_price if capability in CATALOG else 0.0
 
 
+def _paid_by_call(attempts: Iterable[AttemptRecord]) -> dict[tuple[str, int], float]:
+    """(identity, revision) -> what its attempts cost: the store's attempts say what the
+    provider may have charged, whatever an older run report recorded."""
+    paid: dict[tuple[str, int], float] = {}
+    for attempt in attempts:
+        key = (str(attempt.identity), attempt.revision)
+        paid[key] = round(paid.get(key, 0.0) + (_price(attempt.capability)
+                                                 if counts_as_paid(attempt) else 0.0), 6)
+    return paid
+
+
 def _matrix(revisions: list[RevisionRecord], slots: list[SlotRecord],
-            open_attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
+            attempts: list[AttemptRecord]) -> list[dict[str, Any]]:
     """One row per identity any revision touched; one cell per revision (outcome, cost);
     an attempt a crash left open shows as ``unresolved`` in its revision."""
     rows: dict[str, dict[str, Any]] = {}
+    paid = _paid_by_call(attempts)
 
     def row(identity: str, capability: str) -> dict[str, Any]:
         return rows.setdefault(identity, {"identity": identity, "capability": capability,
@@ -119,17 +134,19 @@ def _matrix(revisions: list[RevisionRecord], slots: list[SlotRecord],
     for rev in revisions:
         summary = rev.summary or {}
         for item in summary.get("identities") or []:
-            row(_identity_text(item), item["capability"])["cells"][rev.revision] = {
-                "outcome": item["outcome"], "cost": item.get("cost", 0.0),
+            identity = _identity_text(item)
+            row(identity, item["capability"])["cells"][rev.revision] = {
+                "outcome": item["outcome"], "cost": paid.get((identity, rev.revision), 0.0),
                 "replayed_from": item.get("replayed_from")}
         for orphan in summary.get("orphans") or []:
             cells = row(orphan["identity"], "")["cells"]
             cells.setdefault(rev.revision, {"outcome": "orphaned", "cost": 0.0,
                                             "replayed_from": None})
-    for attempt in open_attempts:
-        row(str(attempt.identity), attempt.capability)["cells"].setdefault(
-            attempt.revision, {"outcome": "unresolved", "cost": _price(attempt.capability),
-                               "replayed_from": None})
+    for attempt in attempts:
+        if attempt.status in OPEN_ATTEMPT_STATUSES:
+            row(str(attempt.identity), attempt.capability)["cells"].setdefault(
+                attempt.revision, {"outcome": "unresolved", "cost": _price(attempt.capability),
+                                   "replayed_from": None})
     for slot in slots:
         entry = row(str(slot.identity), slot.capability)
         entry.update(capability=slot.capability, committed_by=slot.revision,
@@ -196,11 +213,19 @@ def reconcile_commands(run_id: str, identity: str) -> list[str]:
             f"{base} --abandon --operator NAME --reason 'the provider has no record'"]
 
 
-def _rerun_cost(revisions: list[RevisionRecord]) -> float:
-    """What the revisions would have paid run from scratch: every call they made, paid."""
-    return round(sum(_price(i["capability"]) for r in revisions
-                     for i in (r.summary or {}).get("identities") or []
-                     if i["outcome"] in ("executed", "replayed", "failed")), 6)
+def _rerun_cost(revisions: list[RevisionRecord], attempts: list[AttemptRecord]) -> float:
+    """What the revisions would have paid run from scratch: every call they executed or
+    replayed, paid; a failed one at what its attempts cost (nothing when the provider
+    refused it free)."""
+    paid = _paid_by_call(attempts)
+    total = 0.0
+    for rev in revisions:
+        for item in (rev.summary or {}).get("identities") or []:
+            if item["outcome"] in ("executed", "replayed"):
+                total += _price(item["capability"])
+            elif item["outcome"] == "failed":
+                total += paid.get((_identity_text(item), rev.revision), 0.0)
+    return round(total, 6)
 
 
 EMBEDDABLE_IMAGES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
@@ -239,17 +264,17 @@ def report_view(store: RunStore, run_id: str) -> dict[str, Any]:
     slots = [s for s in store.list_slots(run_id) if s.capability in CATALOG]
     persisted = store.latest_certificate(run_id)
     certificate = None
-    if persisted is not None:
-        checked = verify(persisted.digest, persisted.entries, slots)
+    if persisted is not None:  # over every committed slot, race decisions included
+        checked = verify(persisted.digest, persisted.entries, store.list_slots(run_id))
         certificate = {"revision": persisted.revision, "persisted_digest": persisted.digest,
                        **checked.to_json()}
     for attempt in view["attempts_open"]:
         attempt["commands"] = reconcile_commands(run_id, attempt["identity"])
+    attempts = store.list_attempts(run_id)
     spent = view["spend"]["cost"]
-    rerun = _rerun_cost(revisions)
+    rerun = _rerun_cost(revisions, attempts)
     return view | {
-        "matrix": _matrix(revisions, slots, store.list_attempts(
-            run_id, frozenset(OPEN_ATTEMPT_STATUSES))),
+        "matrix": _matrix(revisions, slots, attempts),
         "counterexamples": _counterexamples(revisions, slots),
         "refused_candidates": _refused_candidates(store.list_events(run_id)),
         "rerun": {"cost": rerun, "saved": round(max(rerun - spent, 0.0), 6)},

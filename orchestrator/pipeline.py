@@ -19,17 +19,26 @@ from pathlib import Path
 from typing import Any
 
 from broker.catalog import lookup
+from broker.charging import counts_as_paid, never_sent
 from broker.envelope import Envelope
 from broker.errors import InputError, OrphanStop, Parked, RevisionNotRunning
 from broker.identity import Identity, canonical_json, sha256_hex
 from broker.prefix import Prefix
-from broker.records import AttemptRecord, AttemptStatus, RevisionEnd, RunStatus, SlotRecord
+from broker.records import (
+    COMMITTED_ATTEMPT_STATUSES,
+    AttemptRecord,
+    AttemptStatus,
+    RevisionEnd,
+    RunStatus,
+    SlotRecord,
+)
 from broker.settings import OrphanPolicy, Settings
 from broker.store import RunStore
 from orchestrator.admission import Admission, Refusal, admit
 from orchestrator.certificate import build_certificate, verify
 from orchestrator.inputs import envelope_bytes
 from orchestrator.reconcile import sweep_revisions
+from orchestrator.refusals import check_failed, gate_rejected
 from orchestrator.report import (
     CallCounts,
     CertificateReport,
@@ -126,15 +135,13 @@ class Pipeline:
     def _refused(self, report: RunReport, refusal: Refusal) -> None:
         if refusal.gate is None:
             report.violations = [v.to_json() for v in refusal.check.violations]
-            report.error = ErrorReport(type="CheckFailed", message=(
-                f"the checker rejected the script ({len(refusal.check.violations)} "
-                "violation(s)); fix them and submit again"))
+            report.error = ErrorReport.model_validate(
+                check_failed(refusal.check.violations).to_json())
             kind = "check_rejected"
         else:
             report.gate = GateReport.model_validate(refusal.gate.to_json())
-            report.error = ErrorReport(type="GateRejected", message=(
-                "the gate stopped the candidate before any container started: "
-                + "; ".join(c.describe() for c in refusal.gate.counterexamples)))
+            report.error = ErrorReport.model_validate(
+                gate_rejected(refusal.gate.counterexamples).to_json())
             kind = "gate_rejected"
         report.status = RevisionStatus.STOPPED
         report.certificate = self.verified_certificate(report.run_id)
@@ -258,17 +265,19 @@ class Pipeline:
     @staticmethod
     def _counts(attempts: list[AttemptRecord], revision: int, result: SessionResult
                 ) -> tuple[CallCounts, float]:
-        """From the store's attempts of this revision (every delivery) and the session's
-        replays of slots committed by earlier revisions: the provider log agrees."""
+        """From the store's attempts of this revision (every delivery; a claim withdrawn
+        before its request left is none) and the session's replays of slots committed by
+        earlier revisions: the provider log agrees. Spend follows the provider's answers:
+        a refusal it does not charge for costs nothing."""
+        sent = [a for a in attempts if not never_sent(a)]
         replayed = sum(1 for c in result.calls if str(c.outcome) == "replayed"
                        and (c.committed_by is None or c.committed_by < revision))
         denied = sum(1 for c in result.calls if str(c.outcome) == "denied")
-        spend = sum(lookup(a.capability).unit_price for a in attempts)
+        spend = sum(lookup(a.capability).unit_price for a in sent if counts_as_paid(a))
         return CallCounts(
-            executed=len(attempts),
-            succeeded=sum(1 for a in attempts if a.status in (AttemptStatus.SUCCEEDED,
-                                                              AttemptStatus.RESOLVED)),
-            failed=sum(1 for a in attempts if a.status is AttemptStatus.FAILED),
+            executed=len(sent),
+            succeeded=sum(1 for a in sent if a.status in COMMITTED_ATTEMPT_STATUSES),
+            failed=sum(1 for a in sent if a.status is AttemptStatus.FAILED),
             replayed=replayed, denied=denied), round(spend, 6)
 
     def _status(self, report: RunReport, result: SessionResult) -> RunStatus:

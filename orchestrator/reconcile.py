@@ -9,7 +9,6 @@ once more). Every decision is recorded with operator, reason and time.
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
 from collections.abc import Sequence
@@ -36,6 +35,7 @@ from broker.records import (
     SlotRecord,
 )
 from broker.store import RunStore
+from broker.syntax import parse_python
 from orchestrator.certificate import build_certificate
 from orchestrator.reconcile_input import Imported, check_write_back
 from orchestrator.sites import assign_sites
@@ -175,7 +175,7 @@ def _open_attempt(store: RunStore, run_id: str, identity: Identity) -> AttemptRe
 def _fingerprint(store: RunStore, attempt: AttemptRecord) -> str:
     revision = store.get_revision(attempt.run_id, attempt.revision)
     if revision is not None:
-        for site in assign_sites(ast.parse(revision.source_text)):
+        for site in assign_sites(parse_python(revision.source_text)):
             if site.site == attempt.identity.site:
                 return site.fingerprint
     raise InputError(f"cannot find site {attempt.identity.site} in revision "

@@ -21,16 +21,17 @@ itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from broker.catalog import CATALOG, Capability
-from broker.errors import InputError
+from broker.errors import InputError, ReviseError
 from broker.store import RunStore
 from orchestrator.checker import Violation, check
 from orchestrator.gate import Counterexample, check_gate
 from orchestrator.inputs import MISSING
 from orchestrator.models import ModelBackend, ModelEndpointError, extract_script
+from orchestrator.refusals import calls_dropped, check_failed, gate_rejected, no_script
 from orchestrator.repair_context import (
     CallExpression,
     RepairContext,
@@ -39,130 +40,16 @@ from orchestrator.repair_context import (
     load_context,
     parsed_sites,
 )
-from orchestrator.repair_feedback import refusal_message, runtime_message, runtime_refusal
+from orchestrator.repair_feedback import refusal_message, runtime_message
 from orchestrator.repair_prompt import initial_messages
+from orchestrator.repair_verdict import STAGES, AttemptFeedback, RepairResult, RoundRun
 from orchestrator.source import decode_source
 
 __all__ = ["STAGES", "AttemptFeedback", "RepairContext", "RepairResult", "RoundRun",
            "SourceLine", "judge", "load_context", "repair_dynamic_source"]
 
-STAGES = ("extract", "decode", "check", "gate", "call_count")
-
 # What running a candidate returns: its run JSON (``RunReport.to_json()``).
 Execute = Callable[[str], Mapping[str, Any]]
-
-
-@dataclass(frozen=True)
-class RoundRun:
-    """What running an admissible candidate did."""
-
-    revision: int | None
-    status: str  # succeeded | failed | stopped
-    spend: float
-    executed: int
-    replayed: int
-    refusal: str | None  # divergence | ledger | orphans | budget | denied (fixable stops)
-    error: dict[str, Any] | None
-
-    @classmethod
-    def of(cls, report: Mapping[str, Any]) -> RoundRun:
-        calls = report.get("calls") or {}
-        return cls(revision=report.get("revision"), status=str(report.get("status")),
-                   spend=float(report.get("spend") or 0.0),
-                   executed=int(calls.get("executed") or 0),
-                   replayed=int(calls.get("replayed") or 0), refusal=runtime_refusal(report),
-                   error=report.get("error"))
-
-    def to_json(self) -> dict[str, Any]:
-        return {"revision": self.revision, "status": self.status, "spend": self.spend,
-                "executed": self.executed, "replayed": self.replayed,
-                "refusal": self.refusal,
-                "error": None if self.error is None else {
-                    k: self.error.get(k) for k in ("type", "message", "identity")}}
-
-
-@dataclass(frozen=True)
-class AttemptFeedback:
-    """The verdict on one round; ``message`` is exactly what the model was told next."""
-
-    attempt: int
-    accepted: bool  # by the checker, the gate and the call-count guard
-    refused_by: tuple[str, ...] = ()  # stages that refused it, in STAGES order
-    violations: tuple[Violation, ...] = ()
-    counterexamples: tuple[Counterexample, ...] = ()
-    calls: int | None = None  # capability call expressions in the candidate
-    required_calls: int = 0
-    message: str = ""
-    candidate: str | None = None
-    dropped: tuple[CallExpression, ...] = ()  # the failed script's expressions it lacks
-    run: RoundRun | None = None  # when the accepted candidate was executed
-
-    @property
-    def stage(self) -> str:
-        """The first stage that refused the candidate, "runtime" for a runtime refusal,
-        the run's status when it ran, else "accepted"."""
-        if self.refused_by:
-            return self.refused_by[0]
-        if self.run is not None:
-            return "runtime" if self.run.refusal else self.run.status
-        return "accepted"
-
-    @property
-    def spend(self) -> float:
-        """What this round cost at the provider (0 for a refused candidate)."""
-        return self.run.spend if self.run is not None else 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return {"attempt": self.attempt, "accepted": self.accepted, "stage": self.stage,
-                "refused_by": list(self.refused_by),
-                "violations": [v.to_json() for v in self.violations],
-                "counterexamples": [c.to_json() for c in self.counterexamples],
-                "calls": self.calls, "required_calls": self.required_calls,
-                "dropped": [{"capability": c.capability, "line": c.line, "text": c.text}
-                            for c in self.dropped],
-                "spend": self.spend,
-                "run": None if self.run is None else self.run.to_json(),
-                "feedback": self.message}
-
-
-@dataclass(frozen=True)
-class RepairResult:
-    accepted: bool  # some candidate passed the checker, the gate and the call-count guard
-    candidate: str | None  # the last such candidate
-    attempts: list[AttemptFeedback] = field(default_factory=list)
-    run_id: str = ""
-    failed_revision: int | None = None
-    frozen_sites: int = 0
-    run: dict[str, Any] | None = None  # the run JSON of the last executed candidate
-    endpoint_error: dict[str, Any] | None = None  # the model endpoint gave up mid-loop
-    max_rounds: int = 0
-
-    @property
-    def rewrites(self) -> int:
-        return len(self.attempts)
-
-    @property
-    def spend(self) -> float:
-        return round(sum(a.spend for a in self.attempts), 6)
-
-    @property
-    def outcome(self) -> str:
-        """endpoint_failed | no_candidate | accepted (not executed) | succeeded | failed."""
-        if self.endpoint_error is not None:
-            return "endpoint_failed"
-        if not self.accepted:
-            return "no_candidate"
-        if self.run is None:
-            return "accepted"
-        return "succeeded" if self.run.get("status") == "succeeded" else "failed"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "outcome": self.outcome, "accepted": self.accepted,
-                "rewrites": self.rewrites, "rounds": self.rewrites,
-                "max_rounds": self.max_rounds, "spend": self.spend,
-                "failed_revision": self.failed_revision, "frozen_sites": self.frozen_sites,
-                "candidate": self.candidate, "endpoint_error": self.endpoint_error,
-                "attempts": [a.to_json() for a in self.attempts], "run": self.run}
 
 
 # ---- judging one candidate -----------------------------------------------------------------
@@ -175,12 +62,13 @@ def judge(output: str, context: RepairContext, *, attempt: int,
     base = AttemptFeedback(attempt=attempt, accepted=False,
                            required_calls=context.required_calls)
     if not script:
-        return _refused(context, base, ("extract",), candidate=None, rounds=rounds)
+        return _refused(context, base, ("extract",), candidate=None, rounds=rounds,
+                        refusals=(no_script(),))
     try:
         text = decode_source(script).text
     except InputError as exc:
         return _refused(context, base, ("decode",), candidate=script, detail=exc.message,
-                        rounds=rounds)
+                        rounds=rounds, refusals=(exc,))
     report = check(text, capabilities=capabilities)
     refused: list[str] = [] if report.valid else ["check"]
     errors = tuple(v for v in report.violations if v.severity == "error")
@@ -223,10 +111,18 @@ def _dropped(required: tuple[CallExpression, ...], found: tuple[CallExpression, 
 def _refused(context: RepairContext, base: AttemptFeedback, refused_by: tuple[str, ...], *,
              candidate: str | None, detail: str = "", violations: tuple[Violation, ...] = (),
              counterexamples: tuple[Counterexample, ...] = (), calls: int | None = None,
-             dropped: tuple[CallExpression, ...] = (), rounds: int = 1) -> AttemptFeedback:
+             dropped: tuple[CallExpression, ...] = (), rounds: int = 1,
+             refusals: tuple[ReviseError, ...] = ()) -> AttemptFeedback:
+    """``refusals``: the typed errors of the stages that refused, when they are not the
+    checker's, the gate's and the call-count guard's (made here from what they found)."""
+    stages = {"check": lambda: check_failed(violations),
+              "gate": lambda: gate_rejected(counterexamples),
+              "call_count": lambda: calls_dropped(calls or 0, context.required_calls,
+                                                  (c.line for c in dropped))}
     feedback = replace(base, refused_by=refused_by, violations=violations,
                        counterexamples=counterexamples, calls=calls, candidate=candidate,
-                       dropped=dropped)
+                       dropped=dropped,
+                       refusals=refusals or tuple(stages[s]() for s in refused_by))
     message = refusal_message(feedback, context, candidate or "", detail=detail, rounds=rounds)
     return replace(feedback, message=message)
 

@@ -1,4 +1,4 @@
-"""`revise repair` and `revise author`, registered on the main app by ``register(app)``.
+"""`revise repair` and `revise author`, registered on the program by ``register(app, ...)``.
 
 Shared helpers come from ``orchestrator.cli_common``; this module does not
 import ``orchestrator.cli``, which registers it.
@@ -6,8 +6,9 @@ import ``orchestrator.cli``, which registers it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, Protocol
 
 import typer
 
@@ -31,6 +32,9 @@ from orchestrator.cli_common import (
 if TYPE_CHECKING:  # --help stays fast: pydantic, httpx and the models load on use
     from rich.console import Console
 
+    from broker.envelope import Envelope
+    from broker.settings import Settings
+    from broker.store import RunStore
     from orchestrator.models import ModelEndpointError
 
 # RepairResult.outcome -> exit code
@@ -104,47 +108,39 @@ def _show_result(console: Console, result: Any, out: Path | None, run_id: str) -
                       "pass --execute)")
 
 
-def repair_cmd(
-    run_id: Annotated[str, typer.Option("--run-id", help="the failed run to repair")],
-    model: ModelOpt,
-    max_attempts: Annotated[int, typer.Option(
-        "--max-attempts", "--max-rounds", min=1, max=20,
-        help="rounds (model answers) at most, runtime refusals included")] = 3,
-    execute: Annotated[bool, typer.Option("--execute", help="run an accepted candidate on "
-                                          "the same run id (replays the prefix); a runtime "
-                                          "refusal goes back to the model")] = False,
-    args: Annotated[Path | None, typer.Option("--args", help="JSON file with the run's args "
-                                              "(default: those stored with the run)")
-                    ] = None,
-    envelope: Annotated[Path | None, typer.Option(
-        "--envelope", help="JSON/YAML envelope (default: the one stored with the run)")
-                        ] = None,
-    out: Annotated[Path | None, typer.Option("--out", help="write the accepted candidate "
-                                             "here")] = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="seconds to wait for one "
-                                           "candidate's run through the queue")] = 900.0,
-    as_json: JsonFlag = False,
-) -> None:
-    """Ask a model to repair failed run R; the checker and the gate judge every candidate.
+class CandidateTarget(Protocol):
+    """Where `revise repair --execute` runs an accepted candidate, and the store it reads."""
 
-    The run's args and envelope are the ones stored with it unless --args/--envelope are
-    given (a note says which). With --execute, an accepted candidate runs on R; when the
-    runtime stops it (divergence, ledger denial, orphan stop, budget), that counterexample
-    is the model's next round. On a deployment (REVISE_REPAIR_VIA=queue, or auto with a
-    broker and a PostgreSQL run store) candidates are gated here and run by the workers.
-    """
+    via: Any  # what the report says (str(via)): embedded, queue
+
+    @property
+    def store(self) -> RunStore: ...
+
+    def run(self, run_id: str, text: str, args: Any, envelope: Envelope
+            ) -> Mapping[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+# ``open_target(settings, timeout)``: the program that registers the command decides where
+# candidates run (embedded, or through the queue: a layer above this one).
+OpenTarget = Callable[["Settings", float], CandidateTarget]
+
+
+def repair(open_target: OpenTarget, *, run_id: str, model: str, max_attempts: int,
+           execute: bool, args: Path | None, envelope: Path | None, out: Path | None,
+           timeout: float, as_json: bool) -> None:
     from broker.envelope import load_envelope
     from broker.settings import Settings
     from orchestrator.inputs import MISSING, ArgsFile, resolve_inputs
     from orchestrator.models import Waiting, backend_from_spec
     from orchestrator.repair import repair_dynamic_source
-    from orchestrator.repair_via import RepairTarget
 
     settings = Settings()
     backend = Waiting(backend_from_spec(model, settings), err, rounds=max_attempts)
     given_args = ArgsFile(args) if args is not None else MISSING
     given_env = load_envelope(envelope) if envelope else None
-    target = RepairTarget(settings, timeout=timeout)
+    target = open_target(settings, timeout)
     try:
         inputs = resolve_inputs(target.store, run_id, args=given_args, envelope=given_env)
         for note in inputs.notes():
@@ -229,6 +225,43 @@ def _endpoint_failed(exc: ModelEndpointError, as_json: bool) -> NoReturn:
     raise typer.Exit(EXIT_MODEL_UNAVAILABLE)
 
 
-def register(app: typer.Typer) -> None:
-    app.command("repair", epilog=EXIT_CODES_HELP)(guard(repair_cmd))
+def register(app: typer.Typer, *, open_target: OpenTarget) -> None:
+    """`revise repair`, whose candidates run where ``open_target`` says, and `revise author`."""
+
+    @app.command("repair", epilog=EXIT_CODES_HELP)
+    @guard
+    def repair_cmd(
+        run_id: Annotated[str, typer.Option("--run-id", help="the failed run to repair")],
+        model: ModelOpt,
+        max_attempts: Annotated[int, typer.Option(
+            "--max-attempts", "--max-rounds", min=1, max=20,
+            help="rounds (model answers) at most, runtime refusals included")] = 3,
+        execute: Annotated[bool, typer.Option(
+            "--execute", help="run an accepted candidate on the same run id (replays the "
+            "prefix); a runtime refusal goes back to the model")] = False,
+        args: Annotated[Path | None, typer.Option(
+            "--args", help="JSON file with the run's args (default: those stored with the "
+            "run)")] = None,
+        envelope: Annotated[Path | None, typer.Option(
+            "--envelope", help="JSON/YAML envelope (default: the one stored with the run)")
+                            ] = None,
+        out: Annotated[Path | None, typer.Option(
+            "--out", help="write the accepted candidate here")] = None,
+        timeout: Annotated[float, typer.Option(
+            "--timeout", help="seconds to wait for one candidate's run through the queue")
+                           ] = 900.0,
+        as_json: JsonFlag = False,
+    ) -> None:
+        """Ask a model to repair failed run R; the checker and the gate judge every candidate.
+
+        The run's args and envelope are the ones stored with it unless --args/--envelope are
+        given (a note says which). With --execute, an accepted candidate runs on R; when the
+        runtime stops it (divergence, ledger denial, orphan stop, budget), that counterexample
+        is the model's next round. On a deployment (REVISE_REPAIR_VIA=queue, or auto with a
+        broker and a PostgreSQL run store) candidates are gated here and run by the workers.
+        """
+        repair(open_target, run_id=run_id, model=model, max_attempts=max_attempts,
+               execute=execute, args=args, envelope=envelope, out=out, timeout=timeout,
+               as_json=as_json)
+
     app.command("author")(guard(author_cmd))

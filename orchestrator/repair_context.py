@@ -10,7 +10,6 @@ quoting lines and naming fanout elements).
 
 from __future__ import annotations
 
-import ast
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -18,12 +17,14 @@ from typing import Any
 
 from broker.errors import InputError
 from broker.identity import Identity
-from broker.records import RevisionRecord, SlotRecord
+from broker.prefix import RACE
+from broker.records import RevisionRecord, RevisionStatus, SlotRecord
 from broker.store import RunStore
+from broker.syntax import parse_python
 from orchestrator.fanout_paths import Fanout, fanouts
 from orchestrator.gate import FrozenSite, check_gate, frozen_sites
 from orchestrator.inputs import MISSING, resolve_inputs
-from orchestrator.sites import RACE, Site, assign_sites
+from orchestrator.sites import Site, assign_sites
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class RepairContext:
 
 def parsed_sites(text: str) -> list[Site] | None:
     try:
-        return assign_sites(ast.parse(text))
+        return assign_sites(parse_python(text))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
@@ -126,7 +127,7 @@ def _ran(revision: RevisionRecord) -> bool:
     """A revision that passed check and gate and reached a sandbox."""
     summary = revision.summary or {}
     return bool((summary.get("gate") or {}).get("accepted")) and summary.get("status") in (
-        "succeeded", "failed", "stopped")
+        RevisionStatus.SUCCEEDED, RevisionStatus.FAILED, RevisionStatus.STOPPED)
 
 
 def _choose_failed(run_id: str, revisions: list[RevisionRecord],
@@ -140,7 +141,7 @@ def _choose_failed(run_id: str, revisions: list[RevisionRecord],
             return pinned[0]
     ran = [r for r in revisions if _ran(r)]
     failed = ran[-1] if ran else revisions[-1]
-    if failed.status == "succeeded":
+    if failed.status is RevisionStatus.SUCCEEDED:
         raise InputError(f"run {run_id!r} succeeded at revision {failed.revision}; there is "
                          "nothing to repair", run_id=run_id)
     return failed

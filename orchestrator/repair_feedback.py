@@ -12,7 +12,7 @@ Two kinds of round end in feedback:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from broker.catalog import CATALOG, Capability
 from broker.errors import InputError
@@ -32,23 +32,8 @@ from orchestrator.repair_prompt import (
     round_line,
     where_path,
 )
+from orchestrator.repair_verdict import AttemptFeedback, runtime_refusal
 from orchestrator.sites import Site
-
-if TYPE_CHECKING:
-    from orchestrator.repair import AttemptFeedback
-
-# Runtime stops the model can fix, by error type, with the name the loop reports.
-RUNTIME_REFUSALS = {"ReplayDivergence": "divergence", "SemanticRepeatDenied": "ledger",
-                    "OrphanStop": "orphans", "BudgetExceeded": "budget",
-                    "CapabilityDenied": "denied"}
-
-
-def runtime_refusal(report: Mapping[str, Any]) -> str | None:
-    """The kind of runtime refusal that ended a candidate's run, or None."""
-    if report.get("status") == "succeeded":
-        return None
-    return RUNTIME_REFUSALS.get(str((report.get("error") or {}).get("type")))
-
 
 # ---- refused before anything ran -------------------------------------------------------------
 

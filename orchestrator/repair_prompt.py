@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.catalog import CATALOG, Capability
+from broker.prefix import RACE
 from orchestrator.fanout_paths import describe_path
 from orchestrator.repair_context import CommittedCall, RepairContext
-from orchestrator.sites import RACE
 from orchestrator.skill import render_skill
 
 _ARGS_LIMIT = 4000

@@ -8,18 +8,14 @@ additions, never renames.
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from broker.records import RevisionStatus
 
-class RevisionStatus(StrEnum):
-    RUNNING = "running"
-    PARKED = "parked"  # a sandbox job's answer only: the revision runs on, its job waits
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    STOPPED = "stopped"
+__all__ = ["CallCounts", "CertificateReport", "Counterexample", "ErrorReport", "GateReport",
+           "IdentityReport", "OrphanReport", "RevisionStatus", "RunReport"]
 
 
 class _Model(BaseModel):
@@ -27,15 +23,26 @@ class _Model(BaseModel):
 
 
 class ErrorReport(_Model):
-    model_config = ConfigDict(extra="allow")  # typed fields of the error travel along
+    """A Revise error's ``to_json`` (its typed fields travel along), or the error a script
+    failed with (its exception's type; ``code`` is a provider's code for a CapabilityError,
+    else none)."""
+
+    model_config = ConfigDict(extra="allow")
 
     type: str
+    code: str | None = None
     message: str
     identity: str | None = None
 
+    @field_validator("code", mode="before")
+    @classmethod
+    def _code_text(cls, value: Any) -> Any:
+        # A script's error may carry a number as its code (the host admits str and int).
+        return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
 
 class CallCounts(_Model):
-    executed: int = 0  # provider dispatch attempts (paid), rejected ones included
+    executed: int = 0  # provider dispatch attempts, rejected ones included
     succeeded: int = 0
     failed: int = 0
     replayed: int = 0  # committed results served without a provider call
@@ -99,7 +106,9 @@ class RunReport(_Model):
     warnings: list[str] = Field(default_factory=list)
     sandbox: str | None = None
     logs: list[str] = Field(default_factory=list)
-    spend: float = 0.0  # unit prices of this revision's provider attempts
+    # Unit prices of this revision's attempts the provider may have charged for (a
+    # refusal its terms make free costs nothing: broker.charging.may_be_charged).
+    spend: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -13,12 +13,12 @@ cannot write.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from broker.errors import StoreUnavailable
 from broker.owner import current_owner
+from broker.periodic import Periodic
 from broker.store import RunStore
 
 log = logging.getLogger("revise.lease")
@@ -31,9 +31,6 @@ class RevisionLease:
         self._revision = revision
         self._interval = max(seconds / 3, 0.2)
         self.owner = current_owner()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True,
-                                        name=f"revision-lease-{run_id}-{revision}")
 
     def renew(self) -> bool | None:
         """True: renewed; False: the revision is no longer running; None: no store."""
@@ -44,18 +41,14 @@ class RevisionLease:
                         self._revision, exc.message)
             return None
 
-    def _beat(self) -> None:
-        wait = self._interval
-        while not self._stop.wait(wait):
-            # While the store is away, try every second: renewed as soon as it is back.
-            wait = self._interval if self.renew() is not None else min(1.0, self._interval)
+    def _beat(self) -> float | None:
+        # While the store is away, try every second: renewed as soon as it is back.
+        return None if self.renew() is not None else min(1.0, self._interval)
 
     @contextmanager
     def renewed(self) -> Iterator[RevisionLease]:
         """Renew the lease while the block runs; it was just taken (``start_revision``
         wrote the owner and the heartbeat in the revision's start transaction)."""
-        self._thread.start()
-        try:
+        with Periodic(f"revision-lease-{self._run_id}-{self._revision}", self._interval,
+                      self._beat):
             yield self
-        finally:
-            self._stop.set()

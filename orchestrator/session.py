@@ -9,6 +9,13 @@ Celery capability task). The first divergence or denial latches the revision:
 nothing that has not reached the provider is dispatched after it, and the
 sandbox is told to stop.
 
+Waves are decided and claimed in the order the sandbox sends them, in the thread that
+serves it, so a stop the calls themselves decide (a divergence, a denial, a budget
+refusal) ends exactly the waves after it, whatever the timing: the calls earlier waves
+claimed run to their end and are reported, as they are when the script fails. A stop
+from outside the script's calls (a timeout, a protocol error, a lost call) takes back
+what no provider has been sent yet.
+
 Whatever the sandbox sends is hostile: a malformed frame, a site the host did
 not annotate, an unexpected occurrence, a second connection, or silence past
 the deadline ends the revision as stopped (``SandboxProtocolError``,
@@ -28,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from broker.calls import CallReport, CallRequest, Outcome
+from broker.calls import CallReport, CallRequest, ClaimedWave, Outcome
 from broker.catalog import lookup
 from broker.envelope import Envelope
 from broker.errors import (
@@ -49,31 +56,47 @@ from broker.records import SlotRecord
 from broker.settings import LedgerPolicy, Settings
 from broker.store import RunStore
 from orchestrator.admission import Admission
+from orchestrator.frames import ReachablePaths
 from sandbox.channel import Channel
 from sandbox.job import remove_rpc_dir
-from sandbox.language import MAX_TAKE
+from sandbox.language import LIMITS, MAX_TAKE
 
 log = logging.getLogger("revise.session")
 
-FRAME_BYTES = 1 << 20  # one call frame (its payload) at most
-MESSAGE_BYTES = 8 << 20  # one message from the sandbox at most
-MAX_WAVE = 4096  # frames in one wave
-WAVE_BYTES = 16 << 20  # the messages of one wave together, at most
-MAX_PATH = 64
+# The host's limits on what the sandbox sends: the one table (sandbox.language.LIMITS).
+FRAME_BYTES = LIMITS["frame_bytes"]
+MESSAGE_BYTES = LIMITS["message_bytes"]
+MAX_WAVE = LIMITS["wave_frames"]
+WAVE_BYTES = LIMITS["wave_bytes"]
+MAX_PATH = LIMITS["path_length"]
 _CONNECT_POLL = 0.1
+# How often a session waiting on its sandbox looks at its deadline (a latch wakes it at
+# once): a job waiting on a slow provider wakes this often for nothing, hundreds of jobs
+# in one process.
+_IDLE_LOOK = 2.0
 # What a failed script may tell the host about its error, each field with the types the
 # run report holds (anything else, or of another type, is dropped).
-_ERROR_FIELD_CHARS = 4000  # every field of a script's error is cut to this, then stored
+_ERROR_FIELD_CHARS = LIMITS["error_chars"]  # every field of a script's error, at most
 _ERROR_FIELDS: dict[str, tuple[type, ...]] = {
     "type": (str,), "message": (str,), "line": (int,), "code": (str, int),
     "capability": (str,), "identity": (str,), "status": (str, int), "charged": (str,)}
 
 
 class Executor(Protocol):
-    """What spends on new calls: the broker in-process, or Celery capability tasks."""
+    """What claims and spends on new calls: the broker in-process, or claims here and
+    Celery broker workers executing them."""
 
-    def execute_wave(self, requests: Sequence[CallRequest]) -> Iterable[CallReport]:
-        """One report per call as it is ready, or a single stop report."""
+    def claim_wave(self, requests: Sequence[CallRequest]) -> ClaimedWave:
+        """The wave's new calls decided in one claim transaction, whole or not at all."""
+        ...
+
+    def run_wave(self, wave: ClaimedWave) -> Iterable[CallReport]:
+        """One report per claimed call as it is settled, or a single stop report."""
+        ...
+
+    def stop(self, why: str, *, withdraw: bool) -> None:
+        """The revision stopped: nothing parks any more; with ``withdraw``, every claimed
+        call nobody sent yet is taken back."""
         ...
 
     def close(self) -> None: ...
@@ -148,15 +171,24 @@ class Session:
         self._stop: ReviseError | None = None
         self._channel: Channel | None = None
         self._state = _State()
+        self._paths = ReachablePaths(admission.storage_site, prefix)
 
     # ---- the latch ---------------------------------------------------------------------------
 
-    def latch(self, stop: ReviseError) -> None:
-        """The first stop wins; nothing new is dispatched after it."""
+    def latch(self, stop: ReviseError, *, decided: bool = False) -> None:
+        """The first stop wins; nothing new is dispatched after it. ``decided``: a stop
+        the wave being served decided (the waves before it keep what they claimed),
+        else one from outside, which also takes back what has not left for the provider
+        yet."""
         with self._lock:
-            if self._stop is None:
+            first = self._stop is None
+            if first:
                 self._stop = stop
             self._latched.set()
+        if first:
+            self.executor.stop(f"the revision stopped ({stop.code})", withdraw=not decided)
+            if self._channel is not None:
+                self._channel.interrupt()  # the session thread stops waiting on the sandbox
 
     def _record(self, entry: Recorded) -> None:
         with self._lock:
@@ -167,7 +199,12 @@ class Session:
     def run(self) -> SessionResult:
         limits = self.envelope.sandbox
         deadline = time.monotonic() + limits.timeout_seconds
-        launched = self.runner.launch(self.run_id, self.rpc_dir, limits)
+        try:
+            launched = self.runner.launch(self.run_id, self.rpc_dir, limits)
+        except Exception as exc:  # it never started: the revision ends here, not `running`
+            stop = exc if isinstance(exc, ReviseError) else SandboxError(
+                f"the sandbox could not start: {exc}")
+            return SessionResult(None, stop, [], [], self.prefix, self.runner.kind)
         channel = Channel(launched.listener, deadline=deadline, message_bytes=MESSAGE_BYTES)
         self._channel = channel
         outcome: dict[str, Any] | None = None
@@ -234,7 +271,7 @@ class Session:
         wave_bytes = 0  # of the messages the unfinished wave came in
         while not self._latched.is_set():
             try:
-                message = channel.receive(0.25)
+                message = channel.receive(_IDLE_LOOK)
             except EOFError:
                 return None
             channel.refuse_extra_connections()
@@ -313,9 +350,28 @@ class Session:
             return  # wave-first: a stop anywhere in the wave dispatches none of it
         # The new calls of a wave are claimed together. While a race is open its
         # branches' first calls go one by one: the first answer wins, none waits for all.
-        groups = [[one] for one in dispatch] if self._state.races else [dispatch]
-        for group in groups:
-            pool.submit(self._execute_wave, group)
+        for group in [[one] for one in dispatch] if self._state.races else [dispatch]:
+            wave = self._claim(group)
+            if self._latched.is_set():
+                return  # the claim stopped the revision: no later group is claimed
+            if wave is not None and wave.claimed:
+                pool.submit(self._run_wave, group, wave)
+
+    def _claim(self, calls: list[tuple[int, CallRequest]]) -> ClaimedWave | None:
+        """Claim a wave's new calls and answer what the claim already knew (a stop it
+        decided latches the revision); None when the executor could not claim them."""
+        seqs = {request.identity: seq for seq, request in calls}
+        try:
+            wave = self.executor.claim_wave([request for _, request in calls])
+        except Exception as exc:  # an executor that cannot even claim: fail closed
+            log.exception("claiming the calls at %s in run %s failed", calls[0][1].identity,
+                          self.run_id)
+            self.latch(SandboxError(f"the calls at {calls[0][1].identity} and after could not "
+                                    f"be claimed: {exc}", identity=str(calls[0][1].identity)))
+            return None
+        for report in wave.answered:
+            self._reported(seqs[report.identity], report, decided=True)
+        return wave
 
     def _apply(self, seq: int, call: Call, request: CallRequest, decision: Decision
                ) -> CallRequest | None:
@@ -340,7 +396,8 @@ class Session:
                 f"{call.identity} is committed with another {what} (line {slot.line}) and "
                 "cannot change; the run stops before any new effect. Keep the committed "
                 "payload, or add a new call for new work", identity=str(call.identity),
-                committed_digest=slot.digest, digest=call.digest, line=slot.line))
+                committed_digest=slot.digest, digest=call.digest, line=slot.line),
+                decided=True)
             return None
         if decision.verdict is Verdict.USED:
             assert slot is not None
@@ -351,7 +408,7 @@ class Session:
                 "payload; a committed identity cannot be paid again. Keep one such call and "
                 "pass its result to where the other one needs it",
                 identity=str(call.identity), committed_identity=str(slot.identity),
-                committed_line=slot.line))
+                committed_line=slot.line), decided=True)
             return None
         if decision.verdict is Verdict.REPEAT:
             return self._repeat(call, request, decision)
@@ -386,19 +443,18 @@ class Session:
                 message + "; denied before dispatch. Reuse the result of that call (keep one "
                 "call for the payload and pass its result on) or change the payload",
                 identity=str(call.identity), committed_identity=str(paid_at),
-                committed_line=line))
+                committed_line=line), decided=True)
             return None
         if action is LedgerAction.WARN:
             self.warnings.append(message)
             self._event("semantic_repeat", message, call.identity)
         return request
 
-    def _execute_wave(self, calls: list[tuple[int, CallRequest]]) -> None:
-        if self._latched.is_set():
-            return  # the revision stopped before these calls reached the provider
-        waiting = {request.identity: seq for seq, request in calls}
+    def _run_wave(self, calls: list[tuple[int, CallRequest]], wave: ClaimedWave) -> None:
+        claimed = {request.identity for request, _ in wave.claimed}
+        waiting = {request.identity: seq for seq, request in calls if request.identity in claimed}
         try:
-            for report in self.executor.execute_wave([request for _, request in calls]):
+            for report in self.executor.run_wave(wave):
                 self._reported(waiting.pop(report.identity), report)
         except Exception as exc:  # an executor that cannot even report: fail closed
             log.exception("executor failed at %s in run %s", calls[0][1].identity,
@@ -411,12 +467,12 @@ class Session:
             self.latch(SandboxError(f"the executor gave no answer for the call at {first}",
                                     identity=str(first)))
 
-    def _reported(self, seq: int, report: CallReport) -> None:
+    def _reported(self, seq: int, report: CallReport, *, decided: bool = False) -> None:
         self._record(Recorded(report.identity, report.capability, report.outcome,
                               report.attempted, report.cost, committed_by=report.committed_by))
         self.warnings.extend(report.warnings)
         if report.stop is not None:
-            self.latch(report.stop)
+            self.latch(report.stop, decided=decided)
             return
         if report.outcome is Outcome.FAILED:
             if (report.error or {}).get("charged") == "maybe":
@@ -458,6 +514,7 @@ class Session:
             raise SandboxProtocolError("a frame with a malformed fanout path", site=site)
         if not _is_int(occurrence):
             raise SandboxProtocolError("a frame with a malformed occurrence", site=site)
+        self._paths.check(self.whitelist[site], path)
         is_race = self.whitelist[site].capability == RACE
         if is_race != (kind != "call"):
             raise SandboxProtocolError(f"site {site} does not make {kind} frames", site=site)
@@ -504,7 +561,7 @@ class Session:
                                    identity=str(identity))
         except CapabilityDenied as denied:
             self._record(Recorded(identity, site.capability, Outcome.DENIED))
-            self.latch(denied)
+            self.latch(denied, decided=True)
             return None
         digest = call_digest(payload, take)
         call = Call(identity, site.capability, digest, site.fingerprint)
@@ -557,7 +614,7 @@ class Session:
             self.latch(ReplayDivergence(
                 f"the race at {identity} has a committed winner that none of its branches "
                 "makes any more (its first call changed or is gone); the run stops before "
-                "any new effect", identity=str(identity)))
+                "any new effect", identity=str(identity)), decided=True)
             return
         self._record(Recorded(identity, RACE, Outcome.REPLAYED, committed_by=slot.revision))
         self._answer(frame["seq"], {"ok": True, "winner": winner, "index": index})

@@ -18,39 +18,33 @@ inserted before a site leave σ unchanged, while wrapping a call in a new block
 or moving it into a helper changes it (the gate's remap then relocates it).
 
 A function defined inside a block is named after the block
-(``orchestrate/if0.gen``), so two same-named definitions get distinct sites.
+(``orchestrate/if0.gen``), so two same-named definitions get distinct sites. The
+functions and their local sites are ``orchestrator.site_program``; this module chains
+them into sites, each with how often and at which fanout paths the script can reach it.
 """
 
 from __future__ import annotations
 
 import ast
 import copy
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import TypeGuard
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, TypeGuard
 
 from broker.errors import AnnotationError
 from broker.identity import sha256_hex
+from broker.prefix import RACE
+from orchestrator.site_paths import TOP, Shape, Shapes, from_json, frozen, join, merge
+from orchestrator.site_program import Function, LocalCall, LocalSites, Program
+from sandbox.language import LIMITS
 
 SITE_KEYWORD = "_site"
-SITE_METHODS = frozenset({"run", "race"})
 AT_FUNCTION = "__at__"  # the host's call-site tag around a helper call
 FN_FUNCTION = "__fn__"  # ... and around a helper handed over as a value
-RACE = "ctx.race"
 ENTRY = "orchestrate"
 MAX_SITES = 10_000
-
-_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef)
-_BLOCK_FIELDS: dict[type, tuple[tuple[str, str], ...]] = {
-    ast.If: (("body", "if"), ("orelse", "else")),
-    ast.For: (("body", "for"), ("orelse", "forelse")),
-    ast.AsyncFor: (("body", "afor"), ("orelse", "aforelse")),
-    ast.While: (("body", "while"), ("orelse", "whileelse")),
-    ast.With: (("body", "with"),),
-    ast.AsyncWith: (("body", "awith"),),
-    ast.Try: (("body", "try"), ("orelse", "tryelse"), ("finalbody", "finally")),
-    ast.TryStar: (("body", "try"), ("orelse", "tryelse"), ("finalbody", "finally")),
-}
+# The fanouts of its function an awaitable runs inside, as (width, ctx.race call or None)
+# per fanout, outermost first, one tuple per alternative; None: not known statically.
+Link = frozenset[tuple[tuple[int | None, Any], ...]] | None
 
 
 @dataclass(frozen=True)
@@ -72,16 +66,14 @@ class Site:
     # How many calls the script can make here in one revision (the product of the
     # static loop bounds along the chain); None when that has no static bound.
     max_calls: int | None = None
+    # The fanout paths the script can make them at (orchestrator.site_paths); None when
+    # they have no static shape.
+    paths: tuple[Shape, ...] | None = None
 
-
-def is_site_call(node: ast.AST) -> TypeGuard[ast.Call]:
-    """``ctx.run(...)`` / ``ctx.race(...)`` on any receiver name (the checker pins it)."""
-    return (
-        isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr in SITE_METHODS
-        and isinstance(node.func.value, ast.Name)
-    )
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Site:
+        """A site as ``dataclasses.asdict`` and JSON left it."""
+        return cls(**{**data, "paths": from_json(data.get("paths"))})
 
 
 def is_at_call(node: ast.AST) -> TypeGuard[ast.Call]:
@@ -132,30 +124,6 @@ def arguments_fingerprint(call: ast.Call) -> str:
     return sha256_hex("(" + ",".join(parts) + ")")
 
 
-# ---- functions, scopes and which of them reach a capability call ---------------------------
-
-
-@dataclass
-class _Scope:
-    parent: _Scope | None
-    bindings: dict[str, list[_Function]] = field(default_factory=dict)
-
-    def resolve(self, name: str) -> list[_Function]:
-        scope: _Scope | None = self
-        while scope is not None:
-            if name in scope.bindings:
-                return scope.bindings[name]
-            scope = scope.parent
-        return []
-
-
-@dataclass
-class _Function:
-    node: ast.FunctionDef | ast.AsyncFunctionDef
-    qualname: str
-    inner: _Scope  # the names bound inside the function's body
-
-
 def unwrap_at(tree: ast.AST) -> dict[int, str]:
     """Replace each ``__at__("site", helper(...))`` by the helper call and each
     ``__fn__(helper)`` by the name, in place.
@@ -187,192 +155,6 @@ def _take_tag(wrapper: ast.Call, tags: dict[int, str]) -> ast.expr:
     return inner
 
 
-class _Program:
-    """Functions by qualified name, name resolution, and the effectful ones."""
-
-    def __init__(self, tree: ast.Module) -> None:
-        self.functions: list[_Function] = []
-        self._collect(tree.body, _Scope(None), "")
-        self.effectful = self._effectful()
-
-    def _collect(self, stmts: list[ast.stmt], scope: _Scope, owner: str) -> None:
-        """Bind every def in ``stmts`` (at any block depth, not inside other defs)."""
-        seen: dict[str, int] = {}
-        for stmt, block in _statements_with_blocks(stmts, ""):
-            if not isinstance(stmt, _FUNCTIONS):
-                continue
-            base = stmt.name if not owner else (
-                f"{owner}.{stmt.name}" if not block else f"{owner}/{block}.{stmt.name}")
-            seen[base] = seen.get(base, 0) + 1
-            qualname = base if seen[base] == 1 else f"{base}~{seen[base]}"
-            function = _Function(stmt, qualname, _Scope(scope))
-            self.functions.append(function)
-            scope.bindings.setdefault(stmt.name, []).append(function)
-            self._collect(stmt.body, function.inner, qualname)
-
-    def callees(self, function: _Function, name: str) -> list[_Function]:
-        return function.inner.resolve(name)
-
-    def _effectful(self) -> set[int]:
-        """Functions (by node id) that reach a capability call, directly or through helpers."""
-        found = {id(f.node) for f in self.functions
-                 if any(is_site_call(n) for n in _own_nodes(f.node))}
-        changed = True
-        while changed:
-            changed = False
-            for function in self.functions:
-                if id(function.node) in found:
-                    continue
-                if any(id(t.node) in found for _, targets in self.references(function)
-                       for t in targets):
-                    found.add(id(function.node))
-                    changed = True
-        return found
-
-    def references(self, function: _Function) -> Iterator[tuple[ast.Name, list[_Function]]]:
-        """Names in ``function``'s own body that resolve to script functions."""
-        for node in _own_nodes(function.node):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
-                targets = function.inner.resolve(node.id)
-                if targets:
-                    yield node, targets
-
-    def is_effectful(self, function: _Function) -> bool:
-        return id(function.node) in self.effectful
-
-
-def _own_nodes(fn: ast.AST) -> Iterator[ast.AST]:
-    """Every node of a function's body, not descending into nested functions."""
-    stack: list[ast.AST] = list(getattr(fn, "body", []))
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
-            stack.extend(ast.iter_child_nodes(node))
-
-
-def _statements_with_blocks(stmts: list[ast.stmt], where: str
-                            ) -> Iterator[tuple[ast.stmt, str]]:
-    """Statements at any block depth (not inside defs), with their block path.
-
-    Only compound statements that hold a definition are numbered, so a statement
-    inserted elsewhere does not rename the definitions (and their sites).
-    """
-    ordinal = -1
-    for stmt in stmts:
-        yield stmt, where
-        fields = _BLOCK_FIELDS.get(type(stmt))
-        if fields is None or not any(isinstance(n, _FUNCTIONS) for n in ast.walk(stmt)):
-            continue
-        ordinal += 1
-        for name, kind in fields:
-            body = getattr(stmt, name)
-            if body:
-                inner = f"{where}/{kind}{ordinal}" if where else f"{kind}{ordinal}"
-                yield from _statements_with_blocks(body, inner)
-        if isinstance(stmt, ast.Try | ast.TryStar):
-            for index, handler in enumerate(stmt.handlers):
-                inner = f"{where}/except{ordinal}.{index}" if where else f"except{ordinal}.{index}"
-                yield from _statements_with_blocks(handler.body, inner)
-
-
-# ---- local sites ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LocalCall:
-    """A counted call inside one function: a capability call or an effectful helper call."""
-
-    node: ast.Call
-    local: str
-    helpers: tuple[_Function, ...] = ()  # empty for a capability call
-
-
-class _LocalSites:
-    def __init__(self, program: _Program) -> None:
-        self.program = program
-        self.calls: dict[int, LocalCall] = {}
-        self.by_function: dict[int, list[LocalCall]] = {}
-        for function in program.functions:
-            found: list[LocalCall] = []
-            self._block(function, function.node.body, function.qualname, found)
-            self.by_function[id(function.node)] = found
-            for call in found:
-                self.calls[id(call.node)] = call
-
-    def _counted(self, function: _Function, node: ast.AST) -> LocalCall | None:
-        if is_site_call(node):
-            return LocalCall(node, "")
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-            helpers = [f for f in self.program.callees(function, node.func.id)
-                       if self.program.is_effectful(f)]
-            if helpers:
-                return LocalCall(node, "", tuple(helpers))
-        return None
-
-    def _direct(self, function: _Function, node: ast.AST) -> list[LocalCall]:
-        found: list[LocalCall] = []
-        stack = [node]
-        while stack:
-            current = stack.pop()
-            if isinstance(current, (*_FUNCTIONS, ast.Lambda, ast.ClassDef)):
-                continue
-            counted = self._counted(function, current)
-            if counted is not None:
-                found.append(counted)
-            stack.extend(ast.iter_child_nodes(current))
-        return sorted(found, key=lambda c: (c.node.lineno, c.node.col_offset))
-
-    def _contains(self, function: _Function, stmt: ast.stmt) -> bool:
-        for node in ast.walk(stmt):
-            if is_site_call(node):
-                return True
-            if isinstance(node, ast.Name) and any(
-                    self.program.is_effectful(f) for f in self.program.callees(function, node.id)):
-                return True
-        return False
-
-    def _block(self, function: _Function, stmts: list[ast.stmt], prefix: str,
-               found: list[LocalCall]) -> None:
-        ordinal = direct = 0
-        for stmt in stmts:
-            if isinstance(stmt, (*_FUNCTIONS, ast.ClassDef)):
-                continue
-            fields = _BLOCK_FIELDS.get(type(stmt))
-            if fields is None:
-                for call in self._direct(function, stmt):
-                    found.append(LocalCall(call.node, f"{prefix}/#{direct}", call.helpers))
-                    direct += 1
-                continue
-            if not self._contains(function, stmt):
-                continue
-            for header in _headers(stmt):  # test, iterator, context items count as direct
-                for call in self._direct(function, header):
-                    found.append(LocalCall(call.node, f"{prefix}/#{direct}", call.helpers))
-                    direct += 1
-            for name, kind in fields:
-                body = getattr(stmt, name)
-                if body:
-                    self._block(function, body, f"{prefix}/{kind}{ordinal}", found)
-            if isinstance(stmt, ast.Try | ast.TryStar):
-                for index, handler in enumerate(stmt.handlers):
-                    self._block(function, handler.body, f"{prefix}/except{ordinal}.{index}",
-                                found)
-            ordinal += 1
-
-
-def _headers(stmt: ast.stmt) -> list[ast.AST]:
-    if isinstance(stmt, ast.If | ast.While):
-        return [stmt.test]
-    if isinstance(stmt, ast.For | ast.AsyncFor):
-        return [stmt.target, stmt.iter]
-    if isinstance(stmt, ast.With | ast.AsyncWith):
-        return list(stmt.items)
-    if isinstance(stmt, ast.Try | ast.TryStar):
-        return [h.type for h in stmt.handlers if h.type is not None]
-    return []
-
-
 # ---- chains ---------------------------------------------------------------------------------
 
 
@@ -389,22 +171,55 @@ class SiteTable:
         return {s.site: s for s in self.sites}
 
 
-def site_table(tree: ast.Module, executions: Callable[[ast.AST], int | None] | None = None
-               ) -> SiteTable:
+class StaticBounds(Protocol):
+    """What the checker's analyses know about each call (``orchestrator.checker.reach``)."""
+
+    def executions(self, node: ast.AST) -> int | None:
+        """How many times ``node`` can run per run of its function (None: unbounded)."""
+        ...
+
+    def nesting(self, node: ast.AST) -> Link:
+        """The fanouts of its own function the awaitable ``node`` runs inside."""
+        ...
+
+    def handed(self, name: ast.Name) -> Link:
+        """The same for a helper handed over as a value (a stage or a dag node)."""
+        ...
+
+    def handed_runs(self, name: ast.Name) -> int | None:
+        """How many times such a helper can run per run of the function handing it."""
+        ...
+
+
+class _Unbounded:
+    def executions(self, node: ast.AST) -> int | None:
+        return None
+
+    def nesting(self, node: ast.AST) -> Link:
+        return None
+
+    def handed(self, name: ast.Name) -> Link:
+        return None
+
+    def handed_runs(self, name: ast.Name) -> int | None:
+        return None
+
+
+def site_table(tree: ast.Module, bounds: StaticBounds | None = None) -> SiteTable:
     """Sites of a parsed script (``__at__`` tags, if any, are unwrapped first).
-    ``executions(call)`` says how many times a call can run in its function (the
-    checker's bounds, ``orchestrator.checker.reach``); without it no site is bounded."""
+    ``bounds`` says how often each call can run and inside which fanouts (the checker's
+    analyses, ``orchestrator.checker.reach``); without it no site is bounded."""
     unwrap_at(tree)
-    program = _Program(tree)
-    local = _LocalSites(program)
+    program = Program(tree)
+    local = LocalSites(program)
     sites: dict[str, Site] = {}
-    walk = _Chains(program, local, executions or (lambda node: None), sites)
+    walk = _Chains(program, local, bounds or _Unbounded(), sites)
     for root in [f for f in program.functions if f.qualname == ENTRY]:
-        walk.function(root, (), (), None, 1, [])
+        walk.function(root, _Way((), (), None, 1, TOP), [])
     return SiteTable(tuple(sites.values()), local.calls, _handed(program, local))
 
 
-def _handed(program: _Program, local: _LocalSites) -> frozenset[int]:
+def _handed(program: Program, local: LocalSites) -> frozenset[int]:
     """Names of effectful helpers used as values (not called): the runtime must know the
     chain they were handed over on, so the annotator tags them too."""
     called = {id(c.node.func) for c in local.calls.values()}
@@ -414,55 +229,86 @@ def _handed(program: _Program, local: _LocalSites) -> frozenset[int]:
                      and any(program.is_effectful(t) for t in targets))
 
 
+@dataclass(frozen=True)
+class _Way:
+    """How the walk reached a function: the chain of call sites into it, their argument
+    fingerprints, the line of its first call, how often it can run (None: unbounded) and
+    the fanout paths it runs at (None: no static shape)."""
+
+    chain: tuple[str, ...]
+    chain_fps: tuple[str, ...]
+    entry_line: int | None
+    bound: int | None
+    paths: Shapes | None
+
+
 class _Chains:
     """The walk from ``orchestrate`` down every helper call to the capability calls."""
 
-    def __init__(self, program: _Program, local: _LocalSites,
-                 executions: Callable[[ast.AST], int | None], out: dict[str, Site]) -> None:
-        self.program, self.local, self.executions, self.out = program, local, executions, out
+    def __init__(self, program: Program, local: LocalSites, bounds: StaticBounds,
+                 out: dict[str, Site]) -> None:
+        self.program, self.local, self.bounds, self.out = program, local, bounds, out
 
-    def function(self, function: _Function, chain: tuple[str, ...], chain_fps: tuple[str, ...],
-                 entry_line: int | None, bound: int | None, stack: list[int]) -> None:
+    def function(self, function: Function, way: _Way, stack: list[int]) -> None:
         if id(function.node) in stack:
             return  # recursion: the checker refuses it; never loop here
         stack.append(id(function.node))
         calls = self.local.by_function.get(id(function.node), [])
         for call in calls:
-            line = entry_line if entry_line is not None else call.node.lineno
-            runs = self.executions(call.node)
-            here = None if bound is None or runs is None else bound * runs
+            here = self._step(way, call.node, self.bounds.nesting(call.node),
+                              self.bounds.executions(call.node))
             if not call.helpers:
-                self._add(call, chain, chain_fps, line, here)
+                self._add(call, here)
                 continue
             for helper in call.helpers:
-                self.function(helper, (*chain, call.local),
-                              (*chain_fps, arguments_fingerprint(call.node)), line, here, stack)
+                self.function(helper, replace(
+                    here, chain=(*way.chain, call.local),
+                    chain_fps=(*way.chain_fps, arguments_fingerprint(call.node))), stack)
         # Helpers handed over as values (ctx.pipeline stages, ctx.dag nodes) run on this
-        # chain, as often as the fanout that takes them wants: no static bound here.
+        # chain, once per stage or node each time the fanout that takes them runs.
         counted = {id(c.node.func) for c in calls}
         for name, targets in self.program.references(function):
             if id(name) in counted:
                 continue
             for target in targets:
                 if self.program.is_effectful(target):
-                    self.function(target, chain, chain_fps, entry_line, None, stack)
+                    handed = self._step(way, name, self.bounds.handed(name),
+                                        self.bounds.handed_runs(name))
+                    self.function(target, replace(handed, entry_line=way.entry_line), stack)
         stack.pop()
 
-    def _add(self, call: LocalCall, chain: tuple[str, ...], chain_fps: tuple[str, ...],
-             entry_line: int, bound: int | None) -> None:
+    def _step(self, way: _Way, node: ast.AST, link: Link, runs: int | None) -> _Way:
+        """The way one call (or handed name) in the function reached by ``way`` goes on."""
+        def race_site(race: ast.Call) -> str | None:
+            counted = self.local.calls.get(id(race))
+            return None if counted is None else ">".join((*way.chain, counted.local))
+
+        line = way.entry_line if way.entry_line is not None else getattr(node, "lineno", 0)
+        bound = None if way.bound is None or runs is None else way.bound * runs
+        return replace(way, entry_line=line, bound=bound,
+                       paths=join(way.paths, link, race_site))
+
+    def _add(self, call: LocalCall, way: _Way) -> None:
         node = call.node
         own = fingerprint(node)
-        name = ">".join((*chain, call.local))
+        name = ">".join((*way.chain, call.local))
+        if len(name) > LIMITS["site_chars"]:
+            raise AnnotationError(f"line {node.lineno}: the call is reached through a chain "
+                                  f"of helper calls longer than {LIMITS['site_chars']} "
+                                  "characters (site_chars); call it from fewer nested helpers",
+                                  line=node.lineno)
+        bound, paths = way.bound, way.paths
         seen = self.out.get(name)
         if seen is not None:  # reached on two ways: both count
             bound = None if bound is None or seen.max_calls is None else \
                 bound + seen.max_calls
+            paths = merge(paths, None if seen.paths is None else frozenset(seen.paths))
         self.out[name] = Site(
             site=name, capability=capability_of(node), fingerprint=own,
-            chain_fingerprint=sha256_hex("|".join((*chain_fps, own))),
+            chain_fingerprint=sha256_hex("|".join((*way.chain_fps, own))),
             line=node.lineno, col=node.col_offset, end_line=node.end_lineno or node.lineno,
-            end_col=node.end_col_offset or 0, entry_line=entry_line,
-            take=_literal_take(node), max_calls=bound)
+            end_col=node.end_col_offset or 0, entry_line=way.entry_line or node.lineno,
+            take=_literal_take(node), max_calls=bound, paths=frozen(paths))
         if len(self.out) > MAX_SITES:
             raise AnnotationError(f"the script reaches more than {MAX_SITES} call sites "
                                   "through its helpers; call fewer helpers from fewer places")

@@ -2,15 +2,18 @@
 
 Everything that arrives here was written by the script's sandbox, so it is
 hostile: a message is a 4-byte big-endian length and a UTF-8 JSON object, no
-longer than ``message_bytes`` and no deeper than ``MAX_DEPTH``; anything else,
-a second connection, or silence past the deadline ends the revision with
-``SandboxProtocolError`` (or ``SandboxTimeout``). The host never opens a path
+longer than ``message_bytes``, whose every field is within its type and limit
+(``sandbox.inbound``, which bounds the depth of every nested field), and the frames
+of one wave are within the wave limits; anything else, a second connection, or
+silence past the deadline ends the revision with ``SandboxProtocolError`` (or
+``SandboxTimeout``). The host never opens a path
 inside the RPC directory; it only listens on the socket it created there.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import select
 import socket
@@ -20,11 +23,10 @@ import time
 from typing import Any
 
 from broker.errors import SandboxProtocolError, SandboxTimeout
-from sandbox.language import MAX_VALUE_DEPTH, too_deep
+from sandbox.inbound import check_message
+from sandbox.language import LIMITS, count_values
 
 _HEADER = struct.Struct(">I")
-# A frame's payload sits three levels in (message, frames, frame); a result, one.
-MAX_DEPTH = MAX_VALUE_DEPTH + 4
 # json.loads turns a \\uD800-\\uDFFF escape that is not half of a pair into a lone
 # surrogate: a str the host can neither hash, store nor print (UnicodeEncodeError). Where
 # the raw text has such an escape, the decoded message is checked whole.
@@ -44,20 +46,39 @@ def decode_message(data: bytes) -> dict[str, Any]:
                                    f"({type(exc).__name__})") from None
     if not isinstance(value, dict):
         raise SandboxProtocolError("the sandbox sent a message that is not a JSON object")
-    if too_deep(value, MAX_DEPTH):
-        raise SandboxProtocolError(f"the sandbox sent a message nested deeper than {MAX_DEPTH}")
     if _SURROGATE_ESCAPE.search(data) is not None:
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
             raise SandboxProtocolError("the sandbox sent a string with a lone surrogate (not "
                                        "valid Unicode text)") from None
+        except RecursionError:
+            raise SandboxProtocolError("the sandbox sent a message nested too deeply") from None
+    check_message(value)
     return value
 
 
 def encode_message(message: dict[str, Any]) -> bytes:
     data = json.dumps(message, separators=(",", ":"), allow_nan=False).encode("utf-8")
     return _HEADER.pack(len(data)) + data
+
+
+def ready(fd: Any, timeout: float, *, write: bool = False) -> bool:
+    """Is ``fd`` readable (or writable) within ``timeout`` seconds? ``poll``, not
+    ``select``: a busy sandbox worker holds more than 1024 descriptors, past which
+    ``select`` refuses a descriptor outright."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT if write else select.POLLIN)
+    return bool(poller.poll(max(0.0, timeout) * 1000))
+
+
+def _readable(fds: tuple[Any, ...], timeout: float) -> set[Any]:
+    """Which of ``fds`` (sockets or descriptors) are readable within ``timeout`` s."""
+    poller = select.poll()
+    numbers = {(fd if isinstance(fd, int) else fd.fileno()): fd for fd in fds}
+    for number in numbers:
+        poller.register(number, select.POLLIN)
+    return {numbers[number] for number, _ in poller.poll(max(0.0, timeout) * 1000)}
 
 
 class Channel:
@@ -72,6 +93,9 @@ class Channel:
         self._send_lock = threading.Lock()
         self._closed = False
         self.last_size = 0  # bytes of the last message received (the host bounds waves)
+        # ``interrupt`` wakes a ``receive`` at once (the host decided to stop the run).
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wave = (0, 0, 0)  # frames, bytes and JSON values of the wave being received
 
     @property
     def connected(self) -> bool:
@@ -83,8 +107,7 @@ class Channel:
     def accept(self, timeout: float) -> bool:
         """Wait up to ``timeout`` for the sandbox to connect; True once connected."""
         wait = max(0.0, min(timeout, self._remaining()))
-        readable, _, _ = select.select([self._listener], [], [], wait)
-        if not readable:
+        if not ready(self._listener, wait):
             if self._remaining() <= 0:
                 raise SandboxTimeout("the sandbox did not connect before its deadline")
             return False
@@ -95,8 +118,7 @@ class Channel:
 
     def refuse_extra_connections(self) -> None:
         """A second connection is someone else speaking for the sandbox: a violation."""
-        readable, _, _ = select.select([self._listener], [], [], 0)
-        if readable:
+        if ready(self._listener, 0):
             extra, _ = self._listener.accept()
             extra.close()
             raise SandboxProtocolError("a second connection reached the sandbox socket")
@@ -112,8 +134,7 @@ class Channel:
                 remaining = self._remaining()
                 if remaining <= 0:
                     raise SandboxTimeout("the sandbox stopped reading the host's answers")
-                _, writable, _ = select.select([], [self._conn], [], min(remaining, 1.0))
-                if not writable:
+                if not ready(self._conn, min(remaining, 1.0), write=True):
                     continue
                 try:
                     sent = self._conn.send(view)
@@ -136,8 +157,11 @@ class Channel:
             wait = min(end, self._deadline) - time.monotonic()
             if wait <= 0:
                 return None
-            readable, _, _ = select.select([self._conn], [], [], wait)
-            if not readable:
+            woken = _readable((self._conn, self._wake_r), wait)
+            if self._wake_r in woken:
+                self._drain_wake()
+                return None
+            if not woken:
                 continue
             try:
                 chunk = self._conn.recv(1 << 16)
@@ -161,7 +185,41 @@ class Channel:
         data = bytes(self._buffer[_HEADER.size:_HEADER.size + size])
         del self._buffer[:_HEADER.size + size]
         self.last_size = size
-        return decode_message(data)
+        message = decode_message(data)
+        self._count_wave(message, size)
+        return message
+
+    def _count_wave(self, message: dict[str, Any], size: int) -> None:
+        """The wave a batch belongs to within wave_frames, wave_bytes and wave_values: the
+        host holds every frame of a wave until its last batch (``more`` false) arrives."""
+        if message.get("t") != "batch":
+            return
+        count, total, values = self._wave
+        frames = message["frames"]
+        if frames:
+            count += len(frames)
+            total += size
+            values += count_values(frames, LIMITS["wave_values"] - values)
+        for name, seen in (("wave_frames", count), ("wave_bytes", total),
+                           ("wave_values", values)):
+            if seen > LIMITS[name]:
+                raise SandboxProtocolError(f"the sandbox sent a wave past {LIMITS[name]} "
+                                           f"({name})")
+        self._wave = (count, total, values) if message.get("more") is True else (0, 0, 0)
+
+    def interrupt(self) -> None:
+        """Make a ``receive`` waiting in another thread return None now."""
+        try:
+            os.write(self._wake_w, b"!")
+        except (BlockingIOError, OSError):
+            pass  # already woken, or closed
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 64):
+                pass
+        except (BlockingIOError, OSError):
+            pass
 
     def close(self) -> None:
         with self._send_lock:
@@ -169,3 +227,8 @@ class Channel:
             if self._conn is not None:
                 self._conn.close()
         self._listener.close()
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass

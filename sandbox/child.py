@@ -11,13 +11,14 @@ returns.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import tempfile
 import threading
 import time
 from pathlib import Path
+
+from sandbox.channel import ready
 
 _KILL_WAIT = 10.0
 
@@ -66,7 +67,7 @@ class ChildSandbox:
         # every other process of its pid namespace is gone.
         deadline = time.monotonic() + _KILL_WAIT
         while time.monotonic() < deadline:
-            if select.select([fd], [], [], deadline - time.monotonic())[0]:
+            if ready(fd, deadline - time.monotonic()):
                 break
 
     def cleanup(self) -> None:
@@ -103,7 +104,7 @@ def init_pidfd(info_fd: int, outer_pid: int, timeout: float) -> tuple[int, int] 
     data = b""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not select.select([info_fd], [], [], deadline - time.monotonic())[0]:
+        if not ready(info_fd, deadline - time.monotonic()):
             break
         chunk = os.read(info_fd, 4096)
         if not chunk:

@@ -36,9 +36,9 @@ from broker.owner import owner_alive, process_owner
 from broker.settings import Settings
 from sandbox.image import verify_image
 from sandbox.job import SandboxJob
+from sandbox.launch import Launched, launch_cold
 from sandbox.profile import LABEL_OWNER, LABEL_RUN, LABEL_SANDBOX, SandboxProfile
-from sandbox.runner import Launched, launch_cold
-from sandbox.warm_pool import WarmPool
+from sandbox.warm_pool import WarmLaunches
 
 log = logging.getLogger("revise.sandbox.docker")
 
@@ -207,7 +207,7 @@ def _container_name(run_id: str) -> str:
     return f"revise-{safe}-{secrets.token_hex(4)}"
 
 
-class DockerRunner:
+class DockerRunner(WarmLaunches):
     """Runs each job in a fresh hardened container built from the pinned image."""
 
     kind = "docker"
@@ -224,13 +224,7 @@ class DockerRunner:
         self.settings = settings
         self._client = client
         self._command = tuple(command) if command is not None else None
-        self._pool: WarmPool | None = None
-        if warm > 0:
-            self._pool = WarmPool(self._launch_cold, warm, warm_limits)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
+        self._keep_warm(warm, warm_limits)
 
     @property
     def client(self) -> Any:
@@ -250,14 +244,6 @@ class DockerRunner:
         if self._command is not None:
             profile = profile.model_copy(update={"command": self._command})
         return profile
-
-    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
-        """A warm container for these limits if one is ready, else a cold one."""
-        if self._pool is not None:
-            warm = self._pool.claim(run_id, limits)
-            if warm is not None:
-                return warm
-        return self._launch_cold(run_id, rpc_dir, limits)
 
     def _launch_cold(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
         return launch_cold(self._start, run_id, rpc_dir, limits)

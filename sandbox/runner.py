@@ -24,13 +24,11 @@ import json
 import os
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -54,11 +52,11 @@ from sandbox.job import (
     SANDBOX_DIR,
     SandboxJob,
     compiled_runtime,
-    open_rpc_dir,
-    remove_rpc_dir,
 )
+from sandbox.launch import Launched, launch_cold
 from sandbox.process_profile import BwrapFds, ProcessProfile, ProcessSettings, host_root_layout
 from sandbox.seccomp_bpf import compile_bpf
+from sandbox.warm_pool import WarmLaunches
 
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWNS = 0x00020000
@@ -75,22 +73,6 @@ _PREFLIGHT = ("import importlib.util, json, os, sys\n"
               " 'magic': importlib.util.MAGIC_NUMBER.hex()}))\n")
 
 
-class Sandbox(Protocol):
-    """One started sandbox."""
-
-    def wait(self, timeout: float) -> int | None: ...
-    def kill(self) -> None: ...
-    def cleanup(self) -> None: ...  # idempotent; kills and releases everything
-    def output(self) -> str: ...  # bounded tail of stdout+stderr
-
-
-@dataclass
-class Launched:
-    job: SandboxJob  # its rpc_dir may be a warm sandbox's own directory
-    listener: socket.socket  # the listening socket the host serves on
-    sandbox: Sandbox
-
-
 class Runner(Protocol):
     kind: str  # "docker" | "process"
     isolation: str  # one sentence: what isolates the script
@@ -98,20 +80,6 @@ class Runner(Protocol):
 
     def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched: ...
     def close(self) -> None: ...  # stops warm pools
-
-
-def launch_cold(start: Callable[[SandboxJob], Sandbox], run_id: str, rpc_dir: Path,
-                limits: SandboxLimits) -> Launched:
-    """Listen on a fresh RPC directory, then start a sandbox for it with ``start``."""
-    listener = open_rpc_dir(rpc_dir)
-    job = SandboxJob(run_id, rpc_dir, limits)
-    try:
-        sandbox = start(job)
-    except BaseException:
-        listener.close()
-        remove_rpc_dir(rpc_dir)
-        raise
-    return Launched(job, listener, sandbox)
 
 
 def _set_rlimits(limits: tuple[tuple[int, int], ...], host: int) -> None:
@@ -137,7 +105,7 @@ def _memfd(name: str, data: bytes) -> Iterator[int]:
         os.close(fd)
 
 
-class ProcessRunner:
+class ProcessRunner(WarmLaunches):
     """Each job in a fresh bubblewrap sandbox (see ``sandbox.process_profile``)."""
 
     kind = "process"
@@ -158,11 +126,7 @@ class ProcessRunner:
         self._command = tuple(command) if command is not None else None
         self._lock = threading.Lock()
         self._ready: tuple[BwrapTool, ProcessProfile] | None = None
-        self._pool = None
-        if warm > 0:
-            from sandbox.warm_pool import WarmPool
-
-            self._pool = WarmPool(self._launch_cold, warm, warm_limits)
+        self._keep_warm(warm, warm_limits)
 
     def check(self) -> None:
         """Prove, once, that the sandbox can be set up here; else SandboxUnavailable."""
@@ -170,17 +134,6 @@ class ProcessRunner:
 
     def profile(self, limits: SandboxLimits) -> ProcessProfile:
         return self._prepared()[1].model_copy(update={"limits": limits})
-
-    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
-        if self._pool is not None:
-            warm = self._pool.claim(run_id, limits)
-            if warm is not None:
-                return warm
-        return self._launch_cold(run_id, rpc_dir, limits)
-
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
 
     def _launch_cold(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
         self._prepared()

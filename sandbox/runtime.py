@@ -27,7 +27,7 @@ import time
 import types
 from _collections import deque
 
-if __name__ == "__main__":
+if not __package__:  # run as the sandbox runs it: a file beside language.py
     # -I leaves the script's own directory off sys.path; language.py sits beside us.
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import language
@@ -35,6 +35,7 @@ else:  # imported as sandbox.runtime on the host (tests, the builtins proof)
     from sandbox import language
 
 _HEADER_BYTES = 4  # a message's length, big-endian
+_LIMITS = language.LIMITS  # what the host accepts; the runtime stays within it
 
 
 class CapabilityError(Exception):
@@ -286,10 +287,19 @@ class _Await:
         return (yield from _awaitable_iter(self._item))
 
 
+def _within_width(name, count):
+    if count > _LIMITS["fanout_width"]:
+        raise ValueError(f"ctx.{name} over {count} branches; the limit is "
+                         f"{_LIMITS['fanout_width']} (fanout_width)")
+
+
 def _branch_items(name, items):
     if not isinstance(items, list | tuple):
         raise TypeError(f"ctx.{name} takes a list of calls, got {type(items).__name__}")
     items = list(items)
+    if len(items) > _LIMITS["fanout_width"]:
+        _close_all(items)
+        _within_width(name, len(items))
     for item in items:
         if not isinstance(item, types.CoroutineType | _AWAITABLES):
             _close_all(items)
@@ -346,8 +356,8 @@ class _Scheduler:
         self.ready = deque()
         self.channel = None
         self.nonce = None
-        self.frame_bytes = 1 << 20
-        self.message_bytes = 4 << 20
+        self.frame_bytes = _LIMITS["frame_bytes"]
+        self.message_bytes = _LIMITS["message_bytes"] // 2  # a batch, with room to spare
         self.seq = 0
         self.outbox = []
         self.pending = {}  # seq -> (task, on_answer)
@@ -465,19 +475,38 @@ class _Scheduler:
     def flush(self):
         """Send everything issued since the last flush; one wave, split only by size."""
         frames, self.outbox = self.outbox, []
-        batch, size = [], 0
+        batches, size, values = self._batches(frames)
+        for name, seen in (("wave_frames", len(frames)), ("wave_bytes", size),
+                           ("wave_values", values)):
+            if seen > _LIMITS[name]:
+                raise ScriptStopped(
+                    f"the {len(frames)} calls the script started at once are past "
+                    f"{_LIMITS[name]} ({name}: {seen}); start fewer calls before awaiting "
+                    "them, and pass artifact references instead of contents")
+        for i, one in enumerate(batches):
+            self.channel.send({"t": "batch", "nonce": self.nonce, "frames": one,
+                               "more": i < len(batches) - 1})
+
+    def _batches(self, frames):
+        """The wave's batches, and what the host counts of it: its messages' bytes (an
+        upper bound: frames, their commas, the envelope around each batch) and the JSON
+        values of their frames."""
+        envelope = len(dumps({"t": "batch", "nonce": self.nonce, "frames": [], "more": False}))
+        batches, batch, size, total, values = [], [], 0, envelope, 0
         for frame in frames:
             data = dumps(frame)
             if len(data) > self.frame_bytes:
                 raise ScriptStopped(f"a capability payload is {len(data)} bytes; the limit is "
                                     f"{self.frame_bytes}: pass artifact references instead")
             if batch and size + len(data) > self.message_bytes:
-                self.channel.send({"t": "batch", "nonce": self.nonce, "frames": batch,
-                                   "more": True})
-                batch, size = [], 0
+                batches.append(batch)
+                batch, size, total = [], 0, total + envelope
             batch.append(frame)
             size += len(data) + 1
-        self.channel.send({"t": "batch", "nonce": self.nonce, "frames": batch, "more": False})
+            total += len(data) + 1
+            values += language.count_values(frame, _LIMITS["wave_values"])
+        batches.append(batch)
+        return batches, total, values + len(batches)
 
     def receive(self):
         message = self.channel.receive()
@@ -533,9 +562,21 @@ def _await_all(scheduler, parent, tasks, finish):
         task.waiters.append(one_done)
 
 
+def _nested_too_deep(scheduler, parent, items=()):
+    """A fanout inside ``path_length`` others: the script gets an error, nothing starts."""
+    if len(parent.path) < _LIMITS["path_length"]:
+        return False
+    _close_all(items)
+    scheduler.ready.append((parent, None, ValueError(
+        f"fanouts nested more than {_LIMITS['path_length']} deep (path_length)")))
+    return True
+
+
 def _start_fanout(scheduler, parent, fanout):
     kind, spec = fanout._kind, fanout._spec
     base = parent.path
+    if _nested_too_deep(scheduler, parent, spec if kind == "parallel" else ()):
+        return
     if kind == "parallel":
         tasks = [scheduler.spawn(_drive(item), (*base, i), parent.chain)
                  for i, item in enumerate(spec)]
@@ -608,6 +649,8 @@ def _start_race(scheduler, parent, race):
     if not isinstance(race._site, str):
         _close_all(race._items)
         scheduler.ready.append((parent, None, ScriptStopped("race without a host annotation")))
+        return
+    if _nested_too_deep(scheduler, parent, race._items):
         return
     site = scheduler.site_of(parent, race._site)
     identity = {"site": site, "path": list(parent.path),
@@ -739,9 +782,10 @@ class Context:
             dumps(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload for {capability} is not JSON: {exc}") from None
-        if language.too_deep(payload):
-            raise ValueError(f"payload for {capability} nests deeper than "
-                             f"{language.MAX_VALUE_DEPTH} levels of lists and dicts")
+        problem = language.value_problem(payload)
+        if problem is not None:
+            raise ValueError(f"payload for {capability} {problem}; pass artifact references "
+                             "or a flatter value")
         return _Call(capability, payload, take, _site)
 
     def parallel(self, calls):
@@ -750,6 +794,7 @@ class Context:
     def pipeline(self, stages, initial=None):
         if not isinstance(stages, list | tuple):
             raise TypeError("ctx.pipeline takes a list of stage functions")
+        _within_width("pipeline", len(stages))
         for stage in stages:
             if not isinstance(stage, _CALLABLE):
                 raise TypeError("ctx.pipeline stages are async functions of one argument")
@@ -758,6 +803,7 @@ class Context:
     def dag(self, nodes):
         if not isinstance(nodes, dict):
             raise TypeError("ctx.dag takes a dict name -> (async function, [dependencies])")
+        _within_width("dag", len(nodes))
         for name, spec in nodes.items():
             if not (isinstance(spec, list | tuple) and len(spec) == 2
                     and isinstance(spec[0], _CALLABLE)
@@ -774,7 +820,7 @@ class Context:
 
     def log(self, *parts):
         if len(self._logs) < self._log_lines:
-            self._logs.append(" ".join(str(p) for p in parts)[:2000])
+            self._logs.append(" ".join(str(p) for p in parts)[:_LIMITS["log_line_chars"]])
 
 
 def _check_acyclic(nodes):
@@ -816,32 +862,47 @@ def script_builtins(log):
     return table
 
 
+def _text(value):
+    """A field of an error as text within the host's limit."""
+    try:
+        text = value if isinstance(value, str) else str(value)
+    except Exception:  # str() of a huge int, or of an object whose __str__ fails
+        text = f"<a {type(value).__name__} that cannot be shown>"
+    return text[:_LIMITS["error_chars"]]
+
+
+def _field(value):
+    """An error field as the host accepts it: None, a bounded integer, or text."""
+    if value is None or (type(value) is int and abs(value) <= _LIMITS["number"]):
+        return value
+    return _text(value)
+
+
 def _error_of(exc, memory_mb):
     if isinstance(exc, CapabilityError):
-        return {"type": "CapabilityError", "message": exc.message, "code": exc.code,
-                "capability": exc.capability, "identity": exc.identity, "status": exc.status,
-                "charged": exc.charged}
+        return {"type": "CapabilityError", "message": _text(exc.message),
+                **{name: _field(getattr(exc, name, None)) for name in
+                   ("code", "capability", "identity", "status", "charged")}}
     line = None
     tb = exc.__traceback__
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == "script.py":
             line = tb.tb_lineno
         tb = tb.tb_next
-    message = str(exc)[:2000]
+    message = _text(exc)
     if isinstance(exc, MemoryError):
         message = (f"the script ran out of memory (limit {memory_mb} MiB)"
                    if memory_mb else "the script ran out of memory")
     elif isinstance(exc, RecursionError):
         message = "the script nested calls too deeply"
-    return {"type": type(exc).__name__, "message": message, "line": line}
+    return {"type": type(exc).__name__[:_LIMITS["name_chars"]], "message": message,
+            "line": line}
 
 
 def _execute(job):
     config = job.get("config") or {}
     scheduler = _SCHEDULER
-    scheduler.frame_bytes = int(config.get("frame_bytes", 1 << 20))
-    scheduler.message_bytes = int(config.get("message_bytes", 4 << 20))
-    ctx = Context(int(config.get("log_lines", 200)))
+    ctx = Context(_LIMITS["log_lines"])
     namespace = {"__builtins__": script_builtins(ctx.log), "__name__": "script"}
     started = time.monotonic()
     try:
@@ -853,14 +914,14 @@ def _execute(job):
         if root.error is not None:
             raise root.error
         dumps(root.value)
-        if language.too_deep(root.value):
-            raise ValueError(f"the result nests deeper than {language.MAX_VALUE_DEPTH} "
-                             "levels of lists and dicts; return a flatter value")
+        problem = language.value_problem(root.value)
+        if problem is not None:
+            raise ValueError(f"the result {problem}; return a smaller, flatter value")
         return {"ok": True, "result": root.value, "logs": ctx._logs,
                 "seconds": time.monotonic() - started}
     except ScriptStopped as stop:
         return {"ok": False, "stopped": True, "logs": ctx._logs,
-                "error": {"type": "ScriptStopped", "message": str(stop)}}
+                "error": {"type": "ScriptStopped", "message": _text(stop)}}
     except Exception as exc:
         return {"ok": False, "logs": ctx._logs,
                 "error": _error_of(exc, config.get("memory_mb"))}
@@ -873,7 +934,8 @@ def _result_message(nonce, outcome, limit):
     except (TypeError, ValueError) as exc:
         data = ""
         message = {"t": "result", "nonce": nonce, "ok": False, "logs": [],
-                   "error": {"type": "TypeError", "message": f"the result is not JSON: {exc}"}}
+                   "error": {"type": "TypeError",
+                             "message": _text(f"the result is not JSON: {exc}")}}
     if len(data) > limit:
         message = {"t": "result", "nonce": nonce, "ok": False,
                    "logs": outcome.get("logs", [])[:20], "error": {

@@ -24,20 +24,43 @@ import logging
 import shutil
 import tempfile
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from broker.envelope import SandboxLimits
 from sandbox.job import SandboxJob, remove_rpc_dir
-
-if TYPE_CHECKING:
-    from sandbox.runner import Launched
+from sandbox.launch import Launched
 
 log = logging.getLogger("revise.sandbox.warm")
 
 WARM_RUN = "warm-pool"
-ColdLaunch = Callable[[str, Path, SandboxLimits], "Launched"]
+ColdLaunch = Callable[[str, Path, SandboxLimits], Launched]
+
+
+class WarmLaunches(ABC):
+    """A runner's launch: a warm sandbox for the job's limits if one is ready, else the
+    runner's cold launch (``_launch_cold``); ``close`` ends the idle warm ones."""
+
+    _pool: WarmPool | None = None
+
+    def _keep_warm(self, size: int, limits: SandboxLimits | None) -> None:
+        self._pool = WarmPool(self._launch_cold, size, limits) if size > 0 else None
+
+    def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        if self._pool is not None:
+            warm = self._pool.claim(run_id, limits)
+            if warm is not None:
+                return warm
+        return self._launch_cold(run_id, rpc_dir, limits)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    @abstractmethod
+    def _launch_cold(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched:
+        """Start a sandbox for the job now (the pool's warm ones start this way too)."""
 
 
 class WarmPool:

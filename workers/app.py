@@ -10,18 +10,23 @@ one from an idle worker.
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from functools import cached_property
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_init
+from celery.signals import after_setup_logger, beat_init, worker_init
 
 from broker.settings import Settings, SettingsError
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
 from workers.kombu_redis import share_clients, tolerate_released_channels
 from workers.routing import SWEEP_TASK, Routing
+from workers.variables import warn_unknown
 
+log = logging.getLogger("revise.worker")
 TASK_MODULES = ("workers.dispatcher", "workers.sandbox_worker", "workers.capability",
                 "workers.reconciler", "workers.preflight")
 
@@ -73,12 +78,26 @@ def celery_config(settings: Settings, queue: WorkerSettings, routing: Routing) -
         "task_default_queue": routing.queue("dispatch"),
         "task_track_started": True,
         "result_extended": True,  # the result names the worker that ran the task
-        "result_expires": 7 * 24 * 3600,
+        "result_expires": queue.result_expires_seconds,
         "worker_send_task_events": True,  # Flower sees task flow without `enable_events`
         "task_send_sent_event": True,
         "beat_schedule": {"sweep-unresolved-attempts": {
             "task": SWEEP_TASK, "schedule": queue.reconcile_interval}},
-    }
+    } | monitoring_config(queue, routing)
+
+
+def monitoring_config(queue: WorkerSettings, routing: Routing) -> dict:
+    """What Flower sees. Events and remote control travel on exchanges named after the
+    queue prefix, so a stack sees only its own workers and tasks on a shared Redis (the
+    defaults, ``celeryev`` and ``celery``, are every stack's). The periodic sweep sends no
+    events and keeps no result: every few seconds it would fill Flower's task list and
+    Redis (its findings are logged and written to the runs it touches)."""
+    config: dict = {"task_annotations": {SWEEP_TASK: {"send_events": False,
+                                                      "ignore_result": True}}}
+    if routing.prefix:
+        config |= {"event_exchange": f"{routing.prefix}celeryev",
+                   "control_exchange": f"{routing.prefix}celery"}
+    return config
 
 
 tolerate_released_channels()
@@ -88,12 +107,45 @@ share_clients()
 @worker_init.connect
 def quiet_capability_sends(sender: Any = None, **_: Any) -> None:
     """A sandbox worker sends a capability task per wave of new calls; a ``task-sent``
-    event for each doubled the cost of sending it. Flower shows those tasks from the
-    moment a broker worker receives them (the job tasks keep their sent events)."""
+    event for each doubled the cost of sending it, and capability tasks send no other
+    events either (``workers.capability``): Flower lists the jobs."""
     app = getattr(sender, "app", None)
     if isinstance(app, ReviseCelery) and app.routing.queue("sandbox") in (
             app.amqp.queues.consume_from or {}):
         app.conf.task_send_sent_event = False
+
+
+@beat_init.connect
+def quiet_beat_sends(sender: Any = None, **_: Any) -> None:
+    """The beat sends only the sweep; its ``task-sent`` event would put it in Flower's
+    task list anyway (the sweep task itself sends none, see ``monitoring_config``)."""
+    app = getattr(sender, "app", None)
+    if isinstance(app, ReviseCelery):
+        app.conf.task_send_sent_event = False
+
+
+@after_setup_logger.connect
+def quiet_migrations(**_: Any) -> None:
+    """Alembic says which dialect it migrates at INFO each time a process opens the store:
+    two lines per task process, of no use to whoever reads a worker's log."""
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+
+
+@worker_init.connect
+def log_thread_deaths(sender: Any = None, **_: Any) -> None:
+    """A background thread that dies says so in one log record, its traceback inside it:
+    Python's default hook prints to stderr, which a worker redirects to its log one
+    write at a time (a traceback became a thousand WARNING lines of one token each)."""
+    if isinstance(getattr(sender, "app", None), ReviseCelery):
+        threading.excepthook = _log_thread_death
+
+
+def _log_thread_death(args: threading.ExceptHookArgs) -> None:
+    if args.exc_type is SystemExit or args.exc_value is None:
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    log.error("thread %s died: %s: %s; this worker runs without it until it restarts", name,
+              args.exc_type.__name__, args.exc_value, exc_info=args.exc_value)
 
 
 @worker_init.connect
@@ -122,11 +174,13 @@ def make_app(settings: Settings | None = None, queue: WorkerSettings | None = No
 
 def _deployment_app() -> ReviseCelery:
     """The app every role loads (``-A workers.app``): a refused setting stops the role
-    with one line naming it, not an import traceback."""
+    with one line naming it, not an import traceback; a variable nothing reads is a warning."""
     try:
-        return make_app()
+        app = make_app()
     except SettingsError as exc:
         raise SystemExit(f"error: {exc.message}") from None
+    warn_unknown(os.environ)
+    return app
 
 
 app = _deployment_app()

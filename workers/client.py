@@ -22,15 +22,16 @@ from typing import Any
 
 from broker.envelope import Envelope
 from broker.errors import (
-    BrokerError,
+    DispatchFailed,
     QueueUnavailable,
+    ReviseError,
     RunNotFound,
     StoreUnavailable,
     error_from_json,
 )
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
-from broker.records import AttemptStatus, JobStatus
+from broker.records import AttemptStatus, JobStatus, RevisionStatus
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
@@ -38,9 +39,9 @@ from workers.app import ReviseCelery, make_app
 from workers.config import WorkerSettings
 from workers.messages import DispatchJob, parse_message, require_utf8
 from workers.outcome import answer_of
-from workers.routing import DISPATCH_TASK
+from workers.routing import DISPATCH_TASK, enqueue
 
-QUEUED, DISPATCHING, RUNNING = "queued", "dispatching", "running"
+QUEUED, DISPATCHING, RUNNING = "queued", "dispatching", RevisionStatus.RUNNING
 
 
 class Client:
@@ -119,8 +120,8 @@ class JobHandle:
     def send(self) -> None:
         with _transport(self.client, "queueing the job"):
             self.client.broker_redis.ping()  # a clear error now, not Celery's retry loop
-            self.client.app.send_task(DISPATCH_TASK, args=[self._job], task_id=self.job_id,
-                                      queue=self.client.app.routing.queue("dispatch"))
+            enqueue(self.client.app, DISPATCH_TASK, self.client.app.routing.queue("dispatch"),
+                    args=[self._job], task_id=self.job_id)
         self._sent_at = time.monotonic()
 
     def _dispatch_answer(self) -> dict[str, Any] | None:
@@ -134,8 +135,8 @@ class JobHandle:
                     if carried is not None:
                         self._dispatched = carried
                     elif result.failed():
-                        raise BrokerError(f"job {self.job_id}: the dispatcher failed: "
-                                          f"{_describe(result.result)}", job_id=self.job_id)
+                        raise DispatchFailed(f"job {self.job_id}: the dispatcher failed: "
+                                             f"{_describe(result.result)}", job_id=self.job_id)
                     else:
                         self._dispatched = result.result
         if self._dispatched is None:
@@ -177,7 +178,7 @@ class JobHandle:
         if revision is None:
             raise RunNotFound(f"revision {answer['revision']} of run {self.run_id!r} is "
                               "missing from the store", run_id=self.run_id)
-        return RUNNING if revision.status == "running" else revision.status
+        return revision.status
 
     def done(self) -> bool:
         return self.status() not in (QUEUED, DISPATCHING, RUNNING)
@@ -205,11 +206,15 @@ class JobHandle:
 
     def wait(self, timeout: float | None = None,
              progress: Callable[[str], None] | None = None,
-             watch: Callable[[str], None] | None = None) -> dict[str, Any]:
+             watch: Callable[[str], None] | None = None,
+             since: float | None = None) -> dict[str, Any]:
         """Block until the job finished and return its run JSON; TimeoutError after
         ``timeout`` seconds (the job keeps running). An outage of the store or Redis is
         waited out: ``progress`` hears what the wait is for, about every 5 s. ``watch``
-        hears ``progress()`` about every second while it changes."""
+        hears ``progress()`` about every second while it changes. ``since``: when the
+        caller's wait began (``time.monotonic()``; default: now): the timeout's message
+        names the wait from there to the deadline."""
+        since = time.monotonic() if since is None else since
         deadline = None if timeout is None else time.monotonic() + timeout
         delay, said, last_status = 0.01, 0.0, "queued"
         watched, shown = 0.0, ""
@@ -238,8 +243,9 @@ class JobHandle:
                 tell(f"was {last_status}; still waiting, because {exc.message}")
                 delay = 1.0
             if deadline is not None and time.monotonic() >= deadline:
+                waited = deadline - since  # the caller's whole wait, not what was left
                 raise TimeoutError(f"job {self.job_id} (run {self.run_id}) is still "
-                                   f"{last_status} after {timeout:.0f} s (as far as could be "
+                                   f"{last_status} after {waited:.0f} s (as far as could be "
                                    f"told); wait again or check `revise show {self.run_id}`")
             try:
                 self._nap(delay)
@@ -283,9 +289,10 @@ class JobHandle:
         if answer is None:
             raise RuntimeError(f"job {self.job_id} has not been dispatched yet; wait() first")
         if answer["error"] is not None:
-            raise error_from_json(answer["error"])
+            raise _refusal(self.job_id, answer["error"])
         revision = self.client.store.get_revision(self.run_id, answer["revision"])
-        if revision is None or revision.status == "running" or revision.summary is None:
+        if (revision is None or revision.status is RevisionStatus.RUNNING
+                or revision.summary is None):
             raise RuntimeError(f"job {self.job_id} is still running; wait() first")
         return revision.summary
 
@@ -299,6 +306,16 @@ def _stop_listening(result: Any) -> None:
     except Exception:  # Redis is away: the subscription ended with the connection
         pass
     result.backend = None
+
+
+def _refusal(job_id: str, error: Any) -> ReviseError:
+    """The dispatcher's refusal as its typed error; an answer that does not describe one
+    (Redis is writable by anyone) is itself the error."""
+    try:
+        return error_from_json(error)
+    except ValueError as exc:
+        return DispatchFailed(f"job {job_id}: the dispatcher's answer holds no error this "
+                              f"Revise knows ({exc})", job_id=job_id)
 
 
 def _describe(exc: object) -> str:

@@ -6,7 +6,7 @@ The run-level settings (database, Redis, sandbox, policies) stay in
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from broker.settings import CheckedSettings
@@ -52,3 +52,63 @@ class WorkerSettings(CheckedSettings):
     local_latency: float = Field(
         default=0.0, ge=0, description="simulated latency of the local provider (tests and "
         "benchmarks only; ignored by real providers)")
+
+    # ---- Redis retention (issue 29): what a finished run leaves in Redis, and how long -----
+    result_expires_seconds: int = Field(
+        default=24 * 3600, ge=60, description="how long Redis keeps a task's result (the "
+        "job's answer for a waiting client, Flower's result column); the run store keeps "
+        "the run for good")
+
+
+# ---- Flower (issue 29: publishing it to other hosts) -------------------------------------
+
+
+class FlowerSettings(CheckedSettings):
+    """Where Flower listens and who may use it (env prefix ``REVISE_FLOWER_``), read by
+    ``python -m workers.flower`` in the Procfile and compose.yaml."""
+
+    model_config = SettingsConfigDict(env_prefix="REVISE_FLOWER_", extra="ignore",
+                                      frozen=True)
+
+    port: int = Field(default=5555, ge=1, le=65535, description="Flower's port")
+    address: str = Field(
+        default="127.0.0.1", min_length=1, description="the address Flower is reachable on "
+        "(compose: the host address its port is published on); anything but a loopback "
+        "address needs AUTH")
+    auth: SecretStr | None = Field(
+        default=None, description="user:password (several separated by commas): Flower's "
+        "--basic-auth; compose passes an empty value when it is not set")
+
+    @field_validator("auth", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        return None if value == "" else value
+
+    @field_validator("auth")
+    @classmethod
+    def _user_password(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and any(":" not in pair or pair.startswith(":")
+                                     for pair in value.get_secret_value().split(",")):
+            raise ValueError("write user:password, several separated by commas")
+        return value
+
+    def unauthenticated_problem(self) -> str | None:
+        """The line refusing a Flower reachable from other hosts without authentication."""
+        if not self.exposed or self.auth is not None:
+            return None
+        return (f"Flower would be reachable from other hosts at {self.address} without "
+                "authentication (it can shut workers down); set REVISE_FLOWER_AUTH="
+                "user:password (Flower's basic auth; serve it over TLS) or Flower's --auth "
+                "options, or keep REVISE_FLOWER_ADDRESS=127.0.0.1")
+
+    @property
+    def exposed(self) -> bool:
+        """Reachable from other hosts: the address is not a loopback one."""
+        import ipaddress
+
+        if self.address == "localhost":
+            return False
+        try:
+            return not ipaddress.ip_address(self.address.strip("[]")).is_loopback
+        except ValueError:  # a host name: whatever it resolves to, treat it as public
+            return True

@@ -1,4 +1,4 @@
-"""What one worker process holds open: store, Redis, provider, ledger, lease.
+"""What one worker process holds open: store, Redis, provider, doorbell, lease.
 
 Built lazily on first use inside the process that runs tasks (after the
 prefork pool forks), never at import time, so importing ``workers.app`` (the
@@ -17,21 +17,23 @@ import redis
 from broker.artifact_spool import SpoolingArtifactStore
 from broker.artifact_stores import open_artifact_store
 from broker.artifacts import ArtifactStore
-from broker.dispatch import Broker
 from broker.envelope import Envelope
 from broker.heartbeats import AttemptHeartbeats
-from broker.ledger import Ledger
+from broker.provider_gate import ProviderGate
 from broker.providers import Provider, build_provider
 from broker.settings import Settings
+from broker.spend import Spender
 from broker.spool import CommitSpool
 from broker.sqlstore import SqlStore
 from sandbox.runner import Runner
 from sandbox.select import select_runner
 from workers.config import WorkerSettings
+from workers.doorbell import Doorbell
 from workers.lease import JobLease
-from workers.ledger_redis import RedisLedger
+from workers.parking import QueueLoad
 from workers.roster import Roster
 from workers.routing import Routing
+from workers.transport import Transport
 
 log = logging.getLogger("revise.workers")
 
@@ -68,15 +70,23 @@ class WorkerContext:
         return Roster(self.redis, f"revise:{self.queue.queue_prefix}brokers")
 
     @cached_property
-    def ledger(self) -> Ledger | None:
-        """The Redis copy of the paid-payload ledger (None: the store answers alone)."""
-        if self.settings.ledger_backend == "sql":
-            return None
-        return RedisLedger(self.redis, slots=self.store.list_slots,
-                           fail_closed=self.settings.ledger_fail_closed,
-                           prefix=f"revise:{self.queue.queue_prefix}ledger:",
-                           on_event=lambda run_id, kind, message: self.store.add_event(
-                               run_id, kind, message))
+    def doorbell(self) -> Doorbell:
+        """This process's doorbell: broker workers ring it when a call it asked for is
+        settled (a sandbox worker's)."""
+        return Doorbell(self.redis, f"revise:{self.queue.queue_prefix}doorbell:")
+
+    @cached_property
+    def sandbox_load(self) -> QueueLoad:
+        """Whether jobs wait on the sandbox queue for a slot (what parks a waiting job
+        sooner), looked up once a second for the whole process."""
+        queue = self.routing.queue("sandbox")
+        transport = Transport(self.broker_redis)
+        return QueueLoad(lambda: transport.waiting(queue))
+
+    @cached_property
+    def gate(self) -> ProviderGate:
+        """The provider limits every call of this process honours."""
+        return ProviderGate(self.settings.provider_concurrency)
 
     @cached_property
     def lease(self) -> JobLease:
@@ -125,10 +135,12 @@ class WorkerContext:
             self._envelopes[key] = envelope
         return envelope
 
-    def broker(self, envelope: Envelope) -> Broker:
-        return Broker(store=self.store, provider=self.provider, envelope=envelope,
-                      settings=self.settings, ledger=self.ledger, heartbeats=self.heartbeats,
-                      spool=self.spool)
+    def spender(self, envelope: Envelope) -> Spender:
+        """Executes claimed calls of a revision admitted under ``envelope``."""
+        return Spender(store=self.store, provider=self.provider, settings=self.settings,
+                       call_timeout_seconds=envelope.call_timeout_seconds,
+                       concurrency=envelope.concurrency, heartbeats=self.heartbeats,
+                       spool=self.spool, gate=self.gate)
 
     def drain_spool_in_background(self) -> None:
         """Commit the paid results this host's spool holds, retrying until the store has
@@ -153,7 +165,7 @@ class WorkerContext:
                     return
                 if kept is not None:
                     kept.drain()  # the bytes first: a committed result points at them
-                self.broker(Envelope()).drain_spool()
+                self.spender(Envelope()).drain_spool()
             except Exception as exc:
                 log.warning("draining the commit spool failed (%s); trying again in %.0f s",
                             getattr(exc, "message", exc), delay)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from broker.envelope import Envelope
-from broker.errors import ReviseError, StoreUnavailable
+from broker.errors import DispatchFailed, JobInFlight, ReviseError, StoreUnavailable
 from orchestrator.pipeline import Admitted, Pipeline
 from workers.app import ReviseTask, app
 from workers.context import WorkerContext
@@ -26,7 +26,7 @@ from workers.lease import Grant, run_leased
 from workers.messages import DispatchJob, InvalidMessage, check_task_id, name_in, parse_message
 from workers.outcome import RunFailed, RunStopped, run_outcome
 from workers.recovery import sandbox_task_id
-from workers.routing import DISPATCH_TASK, SANDBOX_TASK
+from workers.routing import DISPATCH_TASK, SANDBOX_TASK, enqueue
 
 _limits = app.queue_settings
 
@@ -61,15 +61,16 @@ def _dispatch(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str,
 
     def duplicate(grant: Grant) -> dict[str, Any]:
         found = ctx.lease.wait_answer(job_id, ctx.queue.dispatch_time_limit)
-        return found[0] if found else _answer(job_id, job, error={
-            "type": "AttemptInFlight", "identity": None,
-            "message": f"job {job_id} is still being dispatched by {grant.holder}"})
+        return found[0] if found else _answer(job_id, job, error=JobInFlight(
+            f"job {job_id} is still being dispatched by {grant.holder}; wait for its answer "
+            "(`revise show` lists the run's revisions)", job_id=job_id,
+            holder=grant.holder).to_json())
 
     def give_up(grant: Grant) -> dict[str, Any]:
-        return _answer(job_id, job, error={
-            "type": "DispatchFailed", "identity": None,
-            "message": f"gave up after {grant.starts - 1} deliveries: the dispatcher died "
-                       "each time"})
+        return _answer(job_id, job, error=DispatchFailed(
+            f"gave up after {grant.starts - 1} deliveries: the dispatcher died each time; "
+            "its log says why (memory limit, crash or kill); submit again once it is fixed",
+            job_id=job_id, deliveries=grant.starts - 1).to_json())
 
     return run_leased(ctx.lease, job_id, wait=ctx.queue.lease_seconds * 1.5,
                       uncounted=(StoreUnavailable,), duplicate=duplicate, give_up=give_up,
@@ -104,8 +105,8 @@ def _admit(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, An
         return _answer(job_id, job, revision=admitted.revision,
                        report=admitted.report.to_json())
     assert message is not None, "an accepted revision recorded its sandbox job"
-    app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job_id),
-                  queue=ctx.routing.queue("sandbox"), args=[message])
+    enqueue(app, SANDBOX_TASK, ctx.routing.queue("sandbox"), task_id=sandbox_task_id(job_id),
+            args=[message])
     return _answer(job_id, job, revision=admitted.revision, accepted=True)
 
 

@@ -19,18 +19,15 @@ namespace, even one with the same hostname) only the lease tells, and it
 expires ``ttl`` seconds after its last renewal. A holder renews the lease
 every ``ttl / 3`` from a background thread for as long as the job runs.
 
-``run_leased`` is the one way a task goes through these verdicts (the
-dispatcher, the sandbox job and the capability call all use it). A capability
-call takes the lease without exclusivity: the run store's claim transaction
-already keeps its concurrent copies apart and bounds a call whose worker keeps
-dying (``broker.dispatch``), so only its answer lives here.
+``run_leased`` is the one way a job task goes through these verdicts (the
+dispatcher and the sandbox job use it). A capability task needs none: the run store
+keeps its copies apart (taking a claimed attempt is atomic, ``broker.spend``).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -41,6 +38,7 @@ from typing import Any
 import redis
 
 from broker.owner import current_owner, owner_alive
+from broker.periodic import Periodic
 
 log = logging.getLogger("revise.lease")
 
@@ -55,7 +53,7 @@ return 1
 """
 
 
-class Verdict(StrEnum):
+class LeaseVerdict(StrEnum):
     RUN = "run"
     DUPLICATE = "duplicate"
     DONE = "done"
@@ -64,7 +62,7 @@ class Verdict(StrEnum):
 
 @dataclass(frozen=True)
 class Grant:
-    verdict: Verdict
+    verdict: LeaseVerdict
     job_id: str
     starts: int = 0  # how many times the job was started, this start included
     holder: str | None = None
@@ -85,20 +83,14 @@ class JobLease:
 
     # ---- deciding ------------------------------------------------------------------------
 
-    def begin(self, job_id: str, *, wait: float = 0.0, exclusive: bool = True) -> Grant:
-        """Decide this delivery; wait up to ``wait`` s for a holder whose liveness is unknown.
-
-        ``exclusive=False`` only looks for the stored answer (one round trip): for a task
-        whose concurrent copies, and the copies of a worker that keeps dying, the run store
-        already keeps apart (a capability call: the store's claim transaction)."""
-        if not exclusive:
-            return self._answered(job_id)
+    def begin(self, job_id: str, *, wait: float = 0.0) -> Grant:
+        """Decide this delivery; wait up to ``wait`` s for a holder whose liveness is unknown."""
         me = current_owner()
         deadline = time.monotonic() + wait
         while True:
             done = self.answer(job_id)
             if done is not None:
-                return Grant(Verdict.DONE, job_id, answer=done[0])
+                return Grant(LeaseVerdict.DONE, job_id, answer=done[0])
             lease = self._key(job_id, "lease")
             if self._redis.set(lease, me, px=self._ttl_ms, nx=True):
                 return self._start(job_id, me)
@@ -113,14 +105,8 @@ class JobLease:
             if alive is True or time.monotonic() >= deadline:
                 self._redis.incr(self._key(job_id, "duplicates"))
                 self._redis.expire(self._key(job_id, "duplicates"), _RETAIN_SECONDS)
-                return Grant(Verdict.DUPLICATE, job_id, holder=holder)
+                return Grant(LeaseVerdict.DUPLICATE, job_id, holder=holder)
             time.sleep(min(0.5, self._ttl_ms / 4000))
-
-    def _answered(self, job_id: str) -> Grant:
-        done = self.answer(job_id)
-        if done is not None:
-            return Grant(Verdict.DONE, job_id, answer=done[0])
-        return Grant(Verdict.RUN, job_id, holder=None)
 
     def _start(self, job_id: str, me: str) -> Grant:
         starts_key = self._key(job_id, "starts")
@@ -128,18 +114,31 @@ class JobLease:
             pipe.incr(starts_key)
             pipe.expire(starts_key, _RETAIN_SECONDS)
             starts = int(pipe.execute()[0])
-        verdict = Verdict.GIVE_UP if starts > self.max_deliveries else Verdict.RUN
+        verdict = LeaseVerdict.GIVE_UP if starts > self.max_deliveries else LeaseVerdict.RUN
         return Grant(verdict, job_id, starts=starts, holder=me)
 
     # ---- holding and finishing -----------------------------------------------------------
 
     def hold(self, grant: Grant) -> AbstractContextManager[object]:
         """Context manager that renews ``grant``'s lease while the job runs."""
-        return _Renewal(self, grant) if grant.holder is not None else nullcontext()
+        if grant.holder is None:
+            return nullcontext()
+        return Periodic(f"lease-{grant.job_id}", self._ttl_ms / 3000,
+                        lambda: self._renewed(grant))
 
     def renew(self, grant: Grant) -> bool:
         lease = self._key(grant.job_id, "lease")
         return bool(self._swap(keys=[lease], args=[grant.holder, grant.holder, self._ttl_ms]))
+
+    def _renewed(self, grant: Grant) -> bool | None:
+        try:
+            if not self.renew(grant):
+                log.error("job %s: lease lost to another holder; the store's attempt claim "
+                          "still keeps calls from being paid twice", grant.job_id)
+                return False
+        except redis.RedisError as exc:
+            log.warning("job %s: lease renewal failed: %s", grant.job_id, exc)
+        return None
 
     def finish(self, grant: Grant, answer: Any) -> None:
         """Store the job's answer (later deliveries get DONE) and release the lease."""
@@ -152,7 +151,7 @@ class JobLease:
         ``max_deliveries`` (it stopped because a service was away, not because its
         worker died)."""
         if grant.holder is None:
-            return  # a lease without exclusivity holds nothing
+            return  # a grant that holds no lease (a finished job's)
         self._swap(keys=[self._key(grant.job_id, "lease")], args=[grant.holder, "", 0])
         if not counted:
             self._redis.decr(self._key(grant.job_id, "starts"))
@@ -194,25 +193,26 @@ class Released:
 
 def run_leased(lease: JobLease, job_id: str, *, run: Callable[[Grant], Any],
                give_up: Callable[[Grant], Any] | None = None,
-               duplicate: Callable[[Grant], Any] | None = None, wait: float = 0.0,
-               exclusive: bool = True, uncounted: tuple[type[BaseException], ...] = ()
-               ) -> Any:
+               duplicate: Callable[[Grant], Any] | None = None,
+               done: Callable[[Grant], Any] | None = None, wait: float = 0.0,
+               uncounted: tuple[type[BaseException], ...] = ()) -> Any:
     """One delivery of a leased task, the same way for every task: the stored answer of a
-    finished job; ``duplicate`` while a live copy holds the lease; ``give_up`` once the
-    job was started ``max_deliveries`` times; else ``run`` under the renewed lease. The
-    answer is stored (later deliveries get it) and the lease released.
+    finished job (or what ``done`` makes of it); ``duplicate`` while a live copy holds the
+    lease; ``give_up`` once the job was started ``max_deliveries`` times; else ``run``
+    under the renewed lease. The answer is stored (later deliveries get it) and the lease
+    released.
 
     An exception releases the lease so a redelivery decides again; one of ``uncounted``
     (a service was away, the worker did not die) does not count as a start."""
-    grant = lease.begin(job_id, wait=wait, exclusive=exclusive)
-    if grant.verdict is Verdict.DONE:
-        return grant.answer
-    if grant.verdict is Verdict.DUPLICATE:
-        assert duplicate is not None, "a non-exclusive lease has no duplicates"
+    grant = lease.begin(job_id, wait=wait)
+    if grant.verdict is LeaseVerdict.DONE:
+        return grant.answer if done is None else done(grant)
+    if grant.verdict is LeaseVerdict.DUPLICATE:
+        assert duplicate is not None, "a leased job has a duplicate handler"
         return duplicate(grant)
     try:
-        if grant.verdict is Verdict.GIVE_UP:
-            assert give_up is not None, "a non-exclusive lease never gives up"
+        if grant.verdict is LeaseVerdict.GIVE_UP:
+            assert give_up is not None, "a leased job has a give-up handler"
             answer = give_up(grant)
         else:
             with lease.hold(grant):
@@ -228,31 +228,3 @@ def run_leased(lease: JobLease, job_id: str, *, run: Callable[[Grant], Any],
         return answer.answer
     lease.finish(grant, answer)
     return answer
-
-
-class _Renewal:
-    def __init__(self, lease: JobLease, grant: Grant) -> None:
-        self._lease = lease
-        self._grant = grant
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._beat, daemon=True,
-                                        name=f"lease-{grant.job_id}")
-
-    def _beat(self) -> None:
-        interval = self._lease._ttl_ms / 3000
-        while not self._stop.wait(interval):
-            try:
-                if not self._lease.renew(self._grant):
-                    log.error("job %s: lease lost to another holder; the store's attempt "
-                              "claim still keeps calls from being paid twice",
-                              self._grant.job_id)
-                    return
-            except redis.RedisError as exc:
-                log.warning("job %s: lease renewal failed: %s", self._grant.job_id, exc)
-
-    def __enter__(self) -> _Renewal:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()

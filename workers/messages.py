@@ -15,6 +15,7 @@ and the envelope (``broker.envelope.Envelope``, which forbids unknown fields).
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Any, TypeVar
 
 from pydantic import (
@@ -29,7 +30,6 @@ from pydantic import (
 
 from broker.envelope import Envelope
 from broker.errors import InputError
-from broker.identity import Identity
 from broker.names import name_checker, validate_name
 
 
@@ -37,6 +37,7 @@ class InvalidMessage(InputError):
     """A queue message (or the client's job before sending) does not match its model."""
 
     code = "invalid_message"
+    errors: int | None = None  # how many problems pydantic found
 
 
 def _first_surrogate(text: str) -> int | None:
@@ -79,14 +80,6 @@ def _utf8_json(what: str) -> Any:
     return check
 
 
-def _identity(value: str) -> str:
-    try:
-        Identity.parse(value)
-    except InputError as exc:
-        raise ValueError(exc.message) from None
-    return value
-
-
 RunId = Annotated[str, AfterValidator(name_checker("run id"))]
 JobId = Annotated[str, AfterValidator(name_checker("job id"))]
 Revision = Annotated[int, Field(strict=True, ge=1)]
@@ -127,38 +120,31 @@ class SandboxJob(_Message):
     envelope: Envelope
 
 
-class CallRequestWire(_Message):
-    """``broker.calls.CallRequest.to_wire()``."""
+WAVE_CALLS = 64  # calls of one wave in one capability task at most (workers.remote)
+DOORBELL = re.compile(r"^revise:[A-Za-z0-9_.-]{0,64}doorbell:[0-9a-f]{16}$")
+
+
+def _doorbell(value: str) -> str:
+    if not DOORBELL.match(value):
+        raise ValueError("not a doorbell channel of this deployment")
+    return value
+
+
+class ExecuteCalls(_Message):
+    """``revise.capability``: execute these claimed attempts of one revision. Only ids:
+    what each call is, its payload, its key and its revision's envelope are read from the
+    run store, so a forged message can at most ask for what the store already claimed."""
 
     run_id: RunId
     revision: Revision
-    identity: Annotated[str, AfterValidator(_identity)]
-    capability: str
-    payload: Annotated[JsonValue, AfterValidator(_utf8_json("payload"))]
-    digest: str
-    fingerprint: str
-    take: int = 1
-    chain_fingerprint: str = ""
-    line: int | None = None
-
-
-WAVE_CALLS = 64  # calls of one wave in one capability task at most (workers.remote)
-
-
-class CapabilityCall(_Message):
-    """``revise.capability``: the task's three arguments (``workers.remote``): the new
-    calls of one wave (one run and revision, each identity once)."""
-
-    requests: Annotated[list[CallRequestWire], Field(min_length=1, max_length=WAVE_CALLS)]
-    envelope: Envelope
-    origin: int | None = None  # the asking sandbox job's delivery number
+    attempts: Annotated[list[Annotated[int, Field(strict=True, ge=1)]],
+                        Field(min_length=1, max_length=WAVE_CALLS)]
+    doorbell: Annotated[str, AfterValidator(_doorbell)] | None = None
 
     @model_validator(mode="after")
-    def _one_revision(self) -> CapabilityCall:
-        if len({(r.run_id, r.revision) for r in self.requests}) != 1:
-            raise ValueError("the calls of one capability task belong to one run and revision")
-        if len({r.identity for r in self.requests}) != len(self.requests):
-            raise ValueError("an identity appears twice among the calls")
+    def _each_once(self) -> ExecuteCalls:
+        if len(set(self.attempts)) != len(self.attempts):
+            raise ValueError("an attempt appears twice")
         return self
 
 

@@ -21,6 +21,7 @@ the committed calls replay, in order, for free. If the message is lost, the job 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from typing import Any
 from broker.errors import StoreUnavailable
 from broker.records import JobStatus
 from workers.recovery import sandbox_task_id
-from workers.routing import SANDBOX_TASK
+from workers.routing import SANDBOX_TASK, enqueue
 
 log = logging.getLogger("revise.parking")
 
@@ -69,6 +70,25 @@ class ParkRule:
             return False
 
 
+class QueueLoad:
+    """Do jobs wait on a queue for a slot? Looked up at most every ``every`` seconds per
+    process, however many of its waiting jobs ask."""
+
+    def __init__(self, count: Callable[[], int], every: float = _LOAD_LOOK_SECONDS) -> None:
+        self._count = count
+        self._every = every
+        self._lock = threading.Lock()
+        self._seen_at = -every
+        self._waiting = False
+
+    def waiting(self) -> bool:
+        with self._lock:
+            if time.monotonic() - self._seen_at >= self._every:
+                self._seen_at = time.monotonic()
+                self._waiting = self._count() > 0
+            return self._waiting
+
+
 def wake(ctx: Any, app: Any, run_id: str, revision: int) -> bool:
     """Queue the revision's parked job again if nothing it waits for is pending."""
     try:
@@ -79,8 +99,8 @@ def wake(ctx: Any, app: Any, run_id: str, revision: int) -> bool:
     if job is None:
         return False
     try:
-        app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(job.job_id, job.resumes),
-                      queue=ctx.routing.queue("sandbox"), args=[job.message])
+        enqueue(app, SANDBOX_TASK, ctx.routing.queue("sandbox"),
+                task_id=sandbox_task_id(job.job_id, job.resumes), args=[job.message])
     except Exception as exc:  # Redis is away: the job is accepted, the requeue sweep sends it
         log.warning("run %s revision %s: resuming job %s is not queued yet (%s)", run_id,
                     revision, job.job_id, exc)

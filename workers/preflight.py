@@ -16,6 +16,7 @@ from typing import Any
 from celery.signals import worker_ready
 
 from broker.errors import ReviseError
+from broker.settings import provider_problem
 
 log = logging.getLogger("revise.preflight")
 
@@ -32,10 +33,9 @@ def problems(ctx: Any, roles: set[str]) -> list[str]:
     except Exception as exc:  # any client error: Redis is not there
         found.append(f"Redis at {ctx.settings.redis_url.split('@')[-1]} does not answer "
                      f"({type(exc).__name__}); check REVISE_REDIS_URL")
-    if "capabilities" in roles and ctx.settings.provider == "http" \
-            and not ctx.settings.provider_base_url:
-        found.append("provider: REVISE_PROVIDER=http needs REVISE_PROVIDER_BASE_URL, e.g. "
-                     "https://api.openai.com/v1")
+    provider = provider_problem(ctx.settings)
+    if "capabilities" in roles and provider is not None:
+        found.append(f"provider: {provider}")
     return found
 
 

@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from broker.crash_window import lease_expired
-from broker.records import JobStatus
+from broker.records import JobStatus, RevisionStatus
 from orchestrator.reconcile import LOST_MESSAGE, lose_revision
-from workers.routing import SANDBOX_TASK
+from workers.routing import SANDBOX_TASK, enqueue
 from workers.transport import Transport
 
 log = logging.getLogger("revise.recovery")
@@ -64,14 +64,14 @@ def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dic
             continue  # still queued behind other jobs: not lost
         if job.requeues >= ctx.settings.max_requeues:
             revision = ctx.store.get_revision(job.run_id, job.revision)
-            if revision is not None and revision.status == "running" and lose_revision(
+            if revision is not None and revision.status is RevisionStatus.RUNNING and lose_revision(
                     ctx.store, job.run_id, job.revision, LOST_MESSAGE,
                     seen_heartbeat=revision.heartbeat_at):
                 done["lost"].append(job.job_id)
             continue
         if not ctx.store.requeued_job(job.job_id, job.requeues):
             continue  # another reconciler counted it first
-        app.send_task(SANDBOX_TASK, task_id=task_id, queue=queue, args=[job.message])
+        enqueue(app, SANDBOX_TASK, queue, task_id=task_id, args=[job.message])
         why = ("was delivered to a worker that never started it (it died holding it)"
                if task_id in delivered else "was lost (Redis restarted or evicted it)")
         ctx.store.add_event(job.run_id, "job_requeued", f"the queue message of job "
@@ -99,7 +99,7 @@ def resume_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> list
         if job.requeues >= ctx.settings.max_requeues:
             continue
         revision = ctx.store.get_revision(job.run_id, job.revision)
-        if revision is None or revision.status != "running" or not lease_expired(
+        if revision is None or revision.status is not RevisionStatus.RUNNING or not lease_expired(
                 revision.owner, revision.heartbeat_at or revision.created_at, lease, now,
                 store_since=ctx.store.available_since):
             continue
@@ -109,8 +109,8 @@ def resume_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> list
                                           ": committed calls replay")
         if again is None:
             continue  # started again meanwhile, or another reconciler resumed it
-        app.send_task(SANDBOX_TASK, task_id=sandbox_task_id(again.job_id, again.resumes),
-                      queue=ctx.routing.queue("sandbox"), args=[again.message])
+        enqueue(app, SANDBOX_TASK, ctx.routing.queue("sandbox"),
+                task_id=sandbox_task_id(again.job_id, again.resumes), args=[again.message])
         log.warning("run %s revision %s: job %s lost its sandbox worker; resumed",
                     job.run_id, job.revision, job.job_id)
         resumed.append(job.job_id)

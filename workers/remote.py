@@ -1,35 +1,29 @@
-"""The executor a sandbox worker's revision uses: the new calls of a wave become
-capability tasks.
+"""The executor a sandbox worker's revision uses: it decides and claims the new calls
+of a wave itself, and broker workers execute them.
 
-Only new work travels: replays and divergences are decided on the sandbox
-worker from the prefix it loaded (``orchestrator.session``). ``RemoteExecutor``
-sends the wave's new calls (``CallRequest.to_wire()``, at most ``chunk`` per task,
-``REVISE_CELERY_WAVE_CHUNK``, so a wide fanout spreads over broker workers) to the ``capabilities``
-queue and yields each task's ``CallReport``s as it answers. The broker worker
-claims a task's calls in one transaction (``broker.dispatch``). Celery moves
-waves only: fanout, joins and ordering stay in the sandbox runtime and the run
-store (no chords or groups, whose joins and error callbacks we cannot make
-exactly-once).
+Replays and divergences are decided on the sandbox worker from the prefix it loaded
+(``orchestrator.session``); the wave's new calls are claimed here, in one store
+transaction (``broker.claim``: replay, divergence, repeat, budget, attempts). Only the
+claimed attempts' ids travel, at most ``chunk`` per capability task
+(``REVISE_CELERY_WAVE_CHUNK``, so a wide fanout spreads over broker workers); a broker
+worker reads each attempt and its payload from the store and executes it. The answer
+comes back one way, through the store: the broker rings this process's doorbell
+(``workers.doorbell``) when it settled a call and the wait reads the settled attempts.
 
-The task id is derived from (job, identities), so a redelivered sandbox job that
-asks for the same calls again gets the same task, whose stored answer is
-returned without another provider call (see ``workers.capability``).
+Until a broker takes a claimed attempt (its dispatch record) the attempt is this
+job's: its heartbeat is renewed here. If the revision parks, or stops for a reason
+outside its calls (``Session.latch``), before a broker takes them, the attempts nobody
+took are withdrawn (nothing was sent, nothing is paid). Why waiting here cannot
+deadlock: the sandbox worker waits only on tasks of the ``capabilities`` queue, which
+sandbox workers never consume; broker workers never wait on anything queued.
 
-Why waiting here cannot deadlock: the sandbox worker waits only on tasks of the
-``capabilities`` queue, which sandbox workers never consume (``-Q sandbox``);
-those tasks run in separate broker worker processes that never wait on
-anything queued.
-
-The wait is bounded by what the store and the transport say, not by a constant:
-while no answer comes, the calls' attempts are watched. Committed slots for all
-of them are the answer (the result backend may have lost it); an attempt whose owner died or
-whose lease expired stops the call fail-closed (``AttemptUnresolved``) at once;
-a task whose message is neither queued nor delivered and that never claimed an
-attempt within a lease period was lost (a Redis restart): it is sent once more
-under the same id, then given up; a task still queued while no broker worker
-has beaten (``workers.roster``) for a whole lease stops fail-closed.
-``capability_wait_seconds`` stays the outer bound. A result backend that does not
-answer is waited out like a slow task.
+The wait is bounded by what the store and the transport say, not by a constant: an
+attempt whose owner died stops the call fail-closed (``AttemptUnresolved``), a read-
+only one is claimed and sent again (a few times); a task whose attempts nobody took
+within a lease, and whose message is neither queued nor delivered, was lost (a Redis
+restart): it is sent once more; calls still queued while no broker worker has beaten
+(``workers.roster``) for a whole lease stop fail-closed. ``capability_wait_seconds``
+stays the outer bound.
 """
 
 from __future__ import annotations
@@ -38,312 +32,376 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import Any
+from dataclasses import dataclass
 
 from celery import Celery
-from celery.exceptions import TimeoutError as CeleryTimeout
 
-from broker.calls import CallReport, CallRequest, Outcome
+from broker.calls import CallReport, CallRequest, ClaimedCall, ClaimedWave, Outcome, stop_report
 from broker.catalog import lookup
+from broker.claim import READ_ONLY_RETRIES, Claimer
 from broker.crash_window import attempt_expired, mark_unresolved
-from broker.dispatch import budget_check
-from broker.envelope import Envelope
 from broker.errors import (
     AttemptInFlight,
     AttemptUnresolved,
-    BrokerError,
-    BudgetExceeded,
     Parked,
+    ReplayDivergence,
+    SafetyStop,
+    SlotConflict,
     StoreUnavailable,
 )
-from broker.identity import sha256_hex
+from broker.heartbeats import AttemptHeartbeats
 from broker.outage import is_queue_outage, queue_unavailable
-from broker.records import AttemptRecord, AttemptStatus, SlotRecord
+from broker.records import (
+    COMMITTED_ATTEMPT_STATUSES,
+    AttemptRecord,
+    AttemptStatus,
+    SlotRecord,
+)
 from broker.store import RunStore
+from workers.doorbell import Doorbell
 from workers.messages import WAVE_CALLS
-from workers.outcome import answer_of
 from workers.parking import ParkRule
 from workers.roster import Roster
-from workers.routing import CAPABILITY_TASK, Routing
+from workers.routing import CAPABILITY_TASK, Routing, enqueue
 from workers.transport import Transport
 
 log = logging.getLogger("revise.remote")
 
-_POLL_SECONDS = 2.0  # between looks at the store while no answer comes
+_POLL_SECONDS = 2.0  # between looks at the store while no doorbell rings
+_TAKEN_WITHIN = 1.0  # a call still queued after this long makes the wait look for brokers
+_PARK_LOOK = 0.5  # between looks at the store while a wave that may park waits for a taker
 _RESENDS = 1  # a lost capability task is sent again this many times
 
 
-def capability_task_id(job_id: str, requests: Sequence[CallRequest]) -> str:
-    """Derived from the job and the calls, so a redelivered job asking for the same calls
-    gets the same task (and its stored answer), and never another wave's answer."""
-    if len(requests) == 1:
-        return f"{job_id}/call/{requests[0].identity}"
-    names = sha256_hex("\n".join(str(r.identity) for r in requests).encode())[:16]
-    return f"{job_id}/wave/{requests[0].identity}+{len(requests) - 1}/{names}"
+@dataclass
+class _Waiting:
+    """One claimed call of a wave: its request, its attempt, when its task was sent."""
+
+    request: CallRequest
+    attempt: AttemptRecord
+    sent_at: float
+    task_id: str
+    resends: int = 0
+    retries: int = 0  # a read-only call claimed again after its broker died
 
 
-def wave_summary(requests: Sequence[CallRequest]) -> str:
-    """What Flower shows as a capability task's arguments: the run and its calls, not a
-    truncated repr of every payload (building that repr was a tenth of a send)."""
-    first = requests[0]
+def capability_task_id(job_id: str, attempt_ids: Sequence[int]) -> str:
+    return f"{job_id}/calls/{attempt_ids[0]}+{len(attempt_ids) - 1}"
+
+
+def wave_summary(run_id: str, revision: int, requests: Sequence[CallRequest]) -> str:
+    """What Flower shows as a capability task's arguments: the run and its calls."""
     shown = ", ".join(f"{r.capability} at {r.identity}" for r in requests[:4])
     more = f" and {len(requests) - 4} more" if len(requests) > 4 else ""
     count = "1 call" if len(requests) == 1 else f"{len(requests)} calls"
-    return f"run {first.run_id} revision {first.revision}, {count}: {shown}{more}"
+    return f"run {run_id} revision {revision}, {count}: {shown}{more}"
 
 
 class RemoteExecutor:
-    def __init__(self, *, app: Celery, routing: Routing, envelope: Envelope, job_id: str,
-                 wait_seconds: float, delivery: int = 1, store: RunStore | None = None,
-                 transport: Transport | None = None, brokers: Roster | None = None,
-                 lease_seconds: float = 30.0, chunk: int = 16,
-                 park: ParkRule | None = None) -> None:
-        """``store`` and ``transport`` bound each wait by the calls' liveness (without
-        them only ``wait_seconds`` does). ``park``: once every call of a wave is in flight
-        at a broker worker and the rule says so, the wave answers ``Parked`` (and so does
-        every other wave still waiting): the revision's job gives its sandbox back and
-        resumes when the calls are settled (``workers.parking``)."""
+    def __init__(self, *, app: Celery, routing: Routing, claimer: Claimer, job_id: str,
+                 run_id: str, revision: int, store: RunStore, heartbeats: AttemptHeartbeats,
+                 doorbell: Doorbell, wait_seconds: float, transport: Transport | None = None,
+                 brokers: Roster | None = None, lease_seconds: float = 30.0,
+                 chunk: int = 16, park: ParkRule | None = None) -> None:
+        """``claimer`` claims in this job's name (its ``owner``). ``park``: once every
+        call the revision waits for is in flight at a broker worker and the rule says so,
+        the waits answer ``Parked``: the job gives its sandbox back and resumes when the
+        calls are settled (``workers.parking``)."""
         self.app = app
         self.routing = routing
+        self.claimer = claimer
         self.job_id = job_id
-        self.wait_seconds = wait_seconds
-        self.delivery = delivery
+        self.run_id = run_id
+        self.revision = revision
         self.store = store
+        self.heartbeats = heartbeats
+        self.doorbell = doorbell
+        self.wait_seconds = wait_seconds
         self.transport = transport
         self.brokers = brokers
         self.lease_seconds = lease_seconds
         self.chunk = max(1, min(chunk, WAVE_CALLS))
         self.park = park or ParkRule(after=None)
         self._parking = threading.Event()
-        self._envelope_wire = envelope.model_dump(mode="json")
-        self._budget = budget_check(envelope.budget)
+        self._stopped = threading.Event()
+        self._unsettled: set[int] = set()  # claimed here, not yet seen settled
 
     def close(self) -> None:
-        """Nothing to release: each wave's tasks were waited for."""
+        if self._unsettled:  # else every claimed call was seen settled: none is unsent
+            self.withdraw("the revision ended")
 
-    def execute_wave(self, requests: Sequence[CallRequest]) -> Iterator[CallReport]:
-        """The wave's calls as capability tasks of at most ``chunk`` calls each, answered
-        as each task answers."""
-        chunks = [list(requests[i:i + self.chunk]) for i in range(0, len(requests), self.chunk)]
-        if len(chunks) == 1:
-            yield from self._execute(chunks[0])
-            return
-        stop = self._over_budget(requests)
-        if stop is not None:
-            yield stop
-            return
-        with ThreadPoolExecutor(len(chunks), thread_name_prefix="revise-wave") as pool:
-            futures = [pool.submit(self._execute, chunk) for chunk in chunks]
-            for future in as_completed(futures):
-                yield from future.result()
+    def stop(self, why: str, *, withdraw: bool) -> None:
+        """The revision stopped: it parks no more (its waves wait for the calls they
+        sent); with ``withdraw``, every claimed call no broker took yet is taken back."""
+        self._stopped.set()
+        if withdraw:
+            self.withdraw(why)
 
-    def _over_budget(self, requests: Sequence[CallRequest]) -> CallReport | None:
-        """A wave split over several tasks is held to the budget whole, as one claim
-        transaction holds a wave embedded: each task's claim would see only its part, so
-        a wave that does not fit stops here and none of it is sent. The calls of the wave
-        that already have an attempt in this revision (a redelivered job) are counted
-        once. Each task's claim still checks again under the run's lock."""
-        if self._budget is None or self.store is None:
-            return None
-        first = requests[0]
-        attempts = self.store.list_attempts(first.run_id)
-        attempted = {a.identity for a in attempts if a.revision == first.revision}
-        calls = len(attempts)
-        cost = sum(lookup(a.capability).unit_price for a in attempts)
-        for request in requests:
-            if request.identity in attempted:
-                continue
-            refusal = self._budget(request.capability, calls, cost)
-            if refusal is not None:
-                where = str(request.identity)
-                stop = BudgetExceeded(f"call at {where}: {refusal}; the wave of "
-                                      f"{len(requests)} calls is stopped whole, none sent",
-                                      identity=where)
-                return CallReport(request.identity, request.capability, Outcome.DENIED,
-                                  stop=stop, error=stop.to_json())
-            calls, cost = calls + 1, cost + lookup(request.capability).unit_price
+    def withdraw(self, why: str) -> None:
+        """Take back every claimed call no broker took yet: nothing of them was sent."""
+        try:
+            self.store.withdraw_unsent(self.run_id, self.revision, self.claimer.owner,
+                                       f"withdrawn before its request left: {why}")
+        except StoreUnavailable as exc:  # its owner is alive: a broker may still take it
+            log.warning("run %s: could not withdraw unsent calls: %s", self.run_id,
+                        exc.message)
+
+    def claim_wave(self, requests: Sequence[CallRequest]) -> ClaimedWave:
+        """Claim the wave; its claimed calls are this job's from now on (their heartbeat
+        is renewed here until they settle), also while the wave waits for a thread."""
+        wave = self.claimer.claim_wave(requests)
+        ids = [call.attempt.id for _, call in wave.claimed]
+        if ids:
+            self._unsettled.update(ids)
+            self.heartbeats.add(*ids)
+        return wave
+
+    def run_wave(self, wave: ClaimedWave) -> Iterator[CallReport]:
+        """Send what was claimed and yield each call's report as it is settled (or a
+        single stop report)."""
+        if wave.claimed:
+            yield from self._execute({call.attempt.id: (request, call)
+                                      for request, call in wave.claimed})
+
+    def _execute(self, claimed: dict[int, tuple[CallRequest, ClaimedCall]]
+                 ) -> Iterator[CallReport]:
+        held: set[int] = set(claimed)
+        with self.doorbell.waiting(self.run_id, self.revision) as rang:
+            try:
+                waiting = self._send_all(claimed)
+            except Exception as exc:
+                if not is_queue_outage(exc):
+                    raise
+                self.withdraw("the capability queue is unavailable")
+                request = next(iter(claimed.values()))[0]
+                stop = queue_unavailable(str(self.app.conf.broker_url),
+                                         f"sending the call at {request.identity}", exc,
+                                         identity=str(request.identity))
+                yield stop_report(request.identity, request.capability, stop)
+                self.heartbeats.discard(*held)
+                return
+            try:
+                yield from self._wait(waiting, rang, held)
+            finally:
+                self.heartbeats.discard(*held)
+
+    def _send_all(self, claimed: dict[int, tuple[CallRequest, ClaimedCall]]
+                  ) -> dict[int, _Waiting]:
+        ids = list(claimed)
+        waiting: dict[int, _Waiting] = {}
+        for start in range(0, len(ids), self.chunk):
+            part = ids[start:start + self.chunk]
+            task_id = self._send(part, [claimed[i][0] for i in part])
+            now = time.monotonic()
+            for attempt_id in part:
+                request, call = claimed[attempt_id]
+                waiting[attempt_id] = _Waiting(request, call.attempt, now, task_id)
+        return waiting
+
+    def _send(self, attempt_ids: Sequence[int], requests: Sequence[CallRequest]) -> str:
+        task_id = capability_task_id(self.job_id, attempt_ids)
+        enqueue(self.app, CAPABILITY_TASK, self.routing.queue("capabilities"),
+                args=[{"run_id": self.run_id, "revision": self.revision,
+                       "attempts": list(attempt_ids), "doorbell": self.doorbell.channel}],
+                task_id=task_id, argsrepr=wave_summary(self.run_id, self.revision, requests))
+        return task_id
+
+    # ---- waiting: the store is the answer, the doorbell says when to look ------------------
+
+    def _wait(self, waiting: dict[int, _Waiting], rang: threading.Event, held: set[int]
+              ) -> Iterator[CallReport]:
+        """``held``: the attempts whose heartbeat this job renews (it grows when a call
+        is claimed again)."""
+        deadline = time.monotonic() + self.wait_seconds
+        nobody_since: float | None = None
+        looked = -_POLL_SECONDS  # when the store was last read
+        while waiting:
+            since = time.monotonic() - looked
+            # Besides the doorbell and the poll period, a wave that may park needs to know
+            # whether its calls were taken (only calls in flight at a broker may park).
+            unsure = any(w.attempt.sent_at is None for w in waiting.values())
+            if rang.is_set() or since >= _POLL_SECONDS or (
+                    unsure and since >= _PARK_LOOK and self._park_due(waiting)):
+                rang.clear()
+                looked = time.monotonic()
+                for report in self._look(waiting, held):
+                    yield report
+                    if report.stop is not None:
+                        return
+            if not waiting:
+                return
+            stop = self._stalled(waiting, deadline)
+            if stop is not None:
+                yield stop
+                return
+            untaken = [w for w in waiting.values() if w.attempt.sent_at is None
+                       and time.monotonic() - w.sent_at > _TAKEN_WITHIN]
+            if untaken:
+                nobody_since = self._brokers(nobody_since)
+                if nobody_since is not None and \
+                        time.monotonic() - nobody_since > self.lease_seconds:
+                    yield self._no_answer(untaken[0], f"no live broker worker for "
+                                          f"{self.lease_seconds:.0f} s")
+                    return
+                lost = self._resend_lost(untaken)
+                if lost is not None:
+                    yield lost
+                    return
+            rang.wait(max(0.0, min(looked + _POLL_SECONDS - time.monotonic(),
+                                   self._poll(waiting))))
+
+    def _look(self, waiting: dict[int, _Waiting], held: set[int]) -> Iterator[CallReport]:
+        """The reports of the calls the store says are settled (none while it is away)."""
+        try:
+            settled = self.store.settled(self.run_id, list(waiting))
+        except StoreUnavailable:
+            return  # the store is away: its answer decides when it is back
+        for attempt, slot in settled:
+            report = self._settled(waiting, attempt, slot, held)
+            if report is not None:
+                del waiting[attempt.id]
+                self._unsettled.discard(attempt.id)
+                yield report
+                if report.stop is not None:
+                    return
+
+    def _settled(self, waiting: dict[int, _Waiting], attempt: AttemptRecord,
+                 slot: SlotRecord | None, held: set[int]) -> CallReport | None:
+        """The call's report once its attempt is settled (None while it is not)."""
+        one = waiting[attempt.id]
+        one.attempt = attempt
+        request = one.request
+        status = attempt.status
+        if status in COMMITTED_ATTEMPT_STATUSES and slot is not None:
+            return CallReport(request.identity, request.capability, Outcome.EXECUTED,
+                              result=slot.result, attempted=True, cost=slot.cost,
+                              committed_by=slot.revision)
+        if status in (AttemptStatus.FAILED, AttemptStatus.UNCERTAIN):
+            error = attempt.error or {}
+            if error.get("code") == SlotConflict.code:
+                stop = ReplayDivergence(str(error.get("message")), identity=str(request.identity))
+                return stop_report(request.identity, request.capability, stop)
+            charged = error.get("charged") == "maybe"
+            return CallReport(request.identity, request.capability, Outcome.FAILED,
+                              error=error, attempted=True,
+                              cost=lookup(request.capability).unit_price if charged else 0.0)
+        if status is AttemptStatus.PENDING and attempt.sent_at is not None and \
+                attempt_expired(attempt, self.lease_seconds,
+                                store_since=self.store.available_since):
+            marked = mark_unresolved(self.store, attempt, by="sandbox worker",
+                                     reason="its owner is gone or its lease expired")
+            status = AttemptStatus.UNRESOLVED if marked is not None else status
+        if status is AttemptStatus.UNRESOLVED:
+            return self._unresolved(waiting, one, held)
+        if status is AttemptStatus.ABANDONED:
+            stop = AttemptInFlight(
+                f"the call at {request.identity} was taken back before its request left "
+                f"({attempt.error or 'its claim was withdrawn'}); nothing was sent. Submit "
+                "the run again: the call runs once", identity=str(request.identity),
+                attempt_id=attempt.id)
+            return stop_report(request.identity, request.capability, stop)
         return None
 
-    def _send(self, requests: list[CallRequest]) -> Any:
-        return self.app.send_task(
-            CAPABILITY_TASK, args=[[r.to_wire() for r in requests], self._envelope_wire,
-                                   self.delivery],
-            task_id=capability_task_id(self.job_id, requests),
-            queue=self.routing.queue("capabilities"), argsrepr=wave_summary(requests))
-
-    def _execute(self, requests: list[CallRequest]) -> list[CallReport]:
-        try:
-            sent = self._send(requests)
-        except Exception as exc:
-            if not is_queue_outage(exc):
-                raise
-            return [self._outage(requests[0], f"sending the call at {requests[0].identity}",
-                                 exc)]
-        return self._wait(requests, sent)
-
-    def _wait(self, requests: list[CallRequest], result: Any) -> list[CallReport]:
-        first = requests[0]
-        deadline = time.monotonic() + self.wait_seconds
-        sent_at, resends = time.monotonic(), 0
-        nobody_since: float | None = None
-        while True:
-            if self._parking.is_set():
-                return [self._parked(first)]
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return [self._no_answer(first, f"no answer within {self.wait_seconds:.0f} s")]
+    def _unresolved(self, waiting: dict[int, _Waiting], one: _Waiting, held: set[int]
+                    ) -> CallReport | None:
+        """Its broker died after sending: a side-effecting call stops (an operator
+        decides); a read-only one is claimed and sent again, a few times."""
+        request, attempt = one.request, one.attempt
+        if not lookup(request.capability).side_effecting and one.retries < READ_ONLY_RETRIES:
             try:
-                answer: Any = result.get(timeout=self._poll(left, sent_at), propagate=False,
-                                         disable_sync_subtasks=False)
-            except CeleryTimeout:
-                pass
-            except Exception as exc:  # the result backend (Redis) does not answer
-                log.warning("waiting for %s: the result backend failed (%s)", first.identity,
-                            exc)
-                time.sleep(min(_POLL_SECONDS, max(left, 0)))
-            else:
-                carried = answer_of(answer) if result.failed() else answer
-                if not isinstance(carried, dict):  # not a wave answer: a crashed task
-                    raise BrokerError(f"capability task for {first.identity} failed: "
-                                      f"{answer!r}", identity=str(first.identity))
-                return [CallReport.from_wire(wire) for wire in carried.get("reports") or []]
-            found = self._watch(requests, sent_at)
-            if isinstance(found, list):
-                return found
-            if found == "in_flight" and self.park.due(sent_at):
-                self._parking.set()  # every other wave still waiting parks with it
-                return [self._parked(first)]
-            if found == "queued":  # still queued: is any broker worker alive to take it?
-                if self._brokers_alive():
-                    nobody_since = None
-                elif nobody_since is None:
-                    nobody_since = time.monotonic()
-                elif time.monotonic() - nobody_since > self.lease_seconds:
-                    return [self._no_answer(first, "no live broker worker for "
-                                            f"{self.lease_seconds:.0f} s")]
-            if found == "lost":
-                if resends >= _RESENDS:
-                    return [self._no_answer(first, "no broker worker took the call (its "
-                                            "task message was lost twice)")]
-                log.warning("the capability task for %s was lost; sending it again",
-                            first.identity)
-                result, sent_at, resends = self._send(requests), time.monotonic(), resends + 1
-
-    def _watch(self, requests: list[CallRequest], sent_at: float
-               ) -> list[CallReport] | str | None:
-        """What the store says about calls that have not answered yet: their reports (all
-        committed, or one stopped), "in_flight" (every call's attempt of this revision is
-        open at a broker worker), "queued" or "lost" (no attempt after a lease), or None
-        (still on their way)."""
-        if self.store is None:
+                decided = self.claimer.claim([request])[0]
+            except SafetyStop as stop:
+                return stop_report(request.identity, request.capability, stop)
+            if decided.report is not None:
+                return decided.report
+            assert decided.claimed is not None
+            again = decided.claimed.attempt
+            held.add(again.id)
+            self.heartbeats.add(again.id)
+            del waiting[attempt.id]
+            self._unsettled.discard(attempt.id)
+            self._unsettled.add(again.id)
+            waiting[again.id] = _Waiting(request, again, time.monotonic(),
+                                         self._send([again.id], [request]),
+                                         retries=one.retries + 1)
             return None
-        reports: list[CallReport] = []
-        attempted = False
-        in_flight = True
-        try:
-            for request in requests:
-                report, attempt = self._watch_one(request)
-                if report is not None and report.stop is not None:
-                    return [report]
-                attempted = attempted or attempt is not None
-                in_flight = in_flight and report is None and \
-                    isinstance(attempt, AttemptRecord) and \
-                    attempt.revision == request.revision and \
-                    attempt.status is AttemptStatus.PENDING
-                if report is not None:
-                    reports.append(report)
-        except StoreUnavailable:
-            return None  # the store is away: its answer decides when it is back
-        if len(reports) == len(requests):
-            return reports  # every call committed: the result backend lost the answer
-        if in_flight:
-            return "in_flight"
-        if attempted or self.transport is None \
-                or time.monotonic() - sent_at <= self.lease_seconds:
-            return None
-        task_id = capability_task_id(self.job_id, requests)
-        try:
-            held = self.transport.holds(self.routing.queue("capabilities"), task_id)
-        except Exception as exc:  # Redis is away: the message may come back with it
-            log.warning("cannot look for the task of %s: %s", requests[0].identity, exc)
-            return None
-        return "queued" if held else "lost"
+        stop = AttemptUnresolved(
+            f"{request.identity} has an unresolved attempt (#{attempt.number}, owner "
+            f"{attempt.owner}): its broker worker is gone and the provider may or may "
+            f"not have completed it. Resolve it with `revise reconcile {request.run_id} "
+            f"'{request.identity}' --from-log FILE`, `--result FILE` or `--abandon`",
+            identity=str(request.identity), attempt_id=attempt.id)
+        return stop_report(request.identity, request.capability, stop)
 
-    def _watch_one(self, request: CallRequest
-                   ) -> tuple[CallReport | None, AttemptRecord | SlotRecord | None]:
-        """A committed call's report, or an unresolved attempt's stop; and the call's
-        latest attempt (its slot when committed)."""
-        assert self.store is not None
-        slot = self.store.get_slot(request.run_id, request.identity)
-        if slot is not None and slot.same_call(request.capability, request.digest):
-            outcome = (Outcome.EXECUTED if slot.revision == request.revision
-                       else Outcome.REPLAYED)
-            return CallReport(request.identity, request.capability, outcome,
-                              result=slot.result, attempted=outcome is Outcome.EXECUTED,
-                              committed_by=slot.revision), slot
-        if slot is not None:
-            return None, slot  # a divergence: the broker's answer names it
-        attempt = self.store.latest_attempt(request.run_id, request.identity)
-        mine = attempt is not None and attempt.revision == request.revision
-        if mine and attempt is not None and (
-                attempt.status is AttemptStatus.UNRESOLVED
-                or (attempt.status is AttemptStatus.PENDING
-                    and attempt_expired(attempt, self.lease_seconds,
-                                        store_since=self.store.available_since))):
-            if attempt.status is AttemptStatus.PENDING:
-                self._mark_unresolved(attempt)
-            stop = AttemptUnresolved(
-                f"{request.identity} has an unresolved attempt (#{attempt.number}, owner "
-                f"{attempt.owner}): its broker worker is gone and the provider may or may "
-                f"not have completed it. Resolve it with `revise reconcile {request.run_id} "
-                f"'{request.identity}' --from-log FILE`, `--result FILE` or `--abandon`",
-                identity=str(request.identity), attempt_id=attempt.id)
-            return CallReport(request.identity, request.capability, Outcome.STOPPED,
-                              stop=stop, error=stop.to_json()), attempt
-        return None, attempt
+    def _stalled(self, waiting: dict[int, _Waiting], deadline: float) -> CallReport | None:
+        """A stop for the wave when it parks (every call it waits for is in flight at a
+        broker worker and the park rule says so, or another wave of the job parked) or
+        when its time is up; None while it waits on."""
+        first = next(iter(waiting.values()))
+        if all(w.attempt.sent_at is not None for w in waiting.values()) and \
+                self._park_due(waiting):
+            self._parking.set()  # every other wave still waiting parks with it
+        if self._parking.is_set():
+            self.withdraw("the job parked")  # claimed again when it resumes
+            stop = Parked(f"the calls from {first.request.identity} on are in flight at "
+                          "broker workers; the job parks until they are settled",
+                          identity=str(first.request.identity))
+            return stop_report(first.request.identity, first.request.capability, stop)
+        if time.monotonic() >= deadline:
+            return self._no_answer(first, f"no answer within {self.wait_seconds:.0f} s")
+        return None
 
-    def _brokers_alive(self) -> bool:
+    def _park_due(self, waiting: dict[int, _Waiting]) -> bool:
+        """Has the wave waited long enough to park (if its calls are all in flight)?"""
+        return not (self._parking.is_set() or self._stopped.is_set()) and self.park.due(
+            min(w.sent_at for w in waiting.values()))
+
+    def _brokers(self, nobody_since: float | None) -> float | None:
+        """Since when no broker worker is alive to take a queued call (None: one is)."""
         if self.brokers is None:
-            return True
+            return None
         try:
-            return self.brokers.alive(self.lease_seconds) > 0
+            alive = self.brokers.alive(self.lease_seconds) > 0
         except Exception:  # Redis is away: no verdict on the brokers either
-            return True
+            alive = True
+        if alive:
+            return None
+        return time.monotonic() if nobody_since is None else nobody_since
 
-    def _mark_unresolved(self, attempt: AttemptRecord) -> None:
-        """Say so in the store at once (the reconciler's sweep would, a sweep later), so the
-        operator can reconcile as soon as the run shows blocked."""
-        assert self.store is not None
+    def _resend_lost(self, untaken: list[_Waiting]) -> CallReport | None:
+        """Tasks whose calls nobody took within a lease and whose message the transport
+        no longer holds were lost (a Redis restart): sent once more (a copy that was only
+        slow takes nothing twice: taking an attempt is atomic)."""
+        now = time.monotonic()
+        overdue = {w.task_id for w in untaken if now - w.sent_at > self.lease_seconds}
+        if not overdue or self.transport is None:
+            return None
         try:
-            mark_unresolved(self.store, attempt, by="sandbox worker",
-                            reason="its owner is gone or its lease expired")
-        except StoreUnavailable:
-            pass  # the sweep will
+            held = self.transport.task_ids(self.routing.queue("capabilities"))
+        except Exception as exc:  # Redis is away: the message may come back with it
+            log.warning("cannot look for the tasks of run %s: %s", self.run_id, exc)
+            return None
+        for task_id in overdue - held:
+            group = [w for w in untaken if w.task_id == task_id]
+            if group[0].resends >= _RESENDS:
+                return self._no_answer(group[0], "no broker worker took the call (its task "
+                                       "message was lost twice)")
+            log.warning("the capability task %s was lost; sending it again", task_id)
+            self._send([w.attempt.id for w in group], [w.request for w in group])
+            for one in group:
+                one.sent_at, one.resends = now, one.resends + 1
+        return None
 
-    def _outage(self, request: CallRequest, action: str, exc: Exception) -> CallReport:
-        """Redis is down: the call may or may not have been queued; stop, fail closed."""
-        stop = queue_unavailable(str(self.app.conf.broker_url), action, exc,
-                                 identity=str(request.identity))
-        return CallReport(request.identity, request.capability, Outcome.STOPPED, stop=stop,
-                          error=stop.to_json())
+    def _poll(self, waiting: dict[int, _Waiting]) -> float:
+        """How long to wait for the doorbell before looking again: the poll period, or
+        less when the wave may park sooner."""
+        look = self.park.next_look(min(w.sent_at for w in waiting.values()))
+        return min(_POLL_SECONDS, _POLL_SECONDS if look is None else look)
 
-    def _poll(self, left: float, sent_at: float) -> float:
-        """How long to listen for the answer before looking at the store: the poll
-        period, or less when the wave may park sooner."""
-        look = self.park.next_look(sent_at)
-        return min(_POLL_SECONDS, left, _POLL_SECONDS if look is None else look)
-
-    def _parked(self, request: CallRequest) -> CallReport:
-        stop = Parked(f"the calls from {request.identity} on are in flight at broker workers; "
-                      "the job parks until they are settled", identity=str(request.identity))
-        return CallReport(request.identity, request.capability, Outcome.STOPPED, stop=stop,
-                          error=stop.to_json())
-
-    def _no_answer(self, request: CallRequest, why: str) -> CallReport:
+    def _no_answer(self, one: _Waiting, why: str) -> CallReport:
+        request = one.request
         stop = AttemptInFlight(
             f"the capability queue gave {why} for {request.identity}; the call may still "
             "complete and commit. Check that broker workers (-Q capabilities) are running, "
             "then submit again: a committed call replays", identity=str(request.identity))
-        return CallReport(request.identity, request.capability, Outcome.STOPPED, stop=stop,
-                          error=stop.to_json())
+        return stop_report(request.identity, request.capability, stop)

@@ -11,13 +11,11 @@ gives them.
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
 
 import redis
 
-log = logging.getLogger("revise.roster")
+from broker.periodic import Periodic
 
 
 class Roster:
@@ -36,15 +34,6 @@ class Roster:
             pipe.zcount(self._key, now - within, "+inf")
             return int(pipe.execute()[1])
 
-    def keep_beating(self, name: str, interval: float) -> threading.Thread:
-        def loop() -> None:
-            while True:
-                try:
-                    self.beat(name)
-                except Exception as exc:  # the beat must outlive any Redis trouble
-                    log.warning("broker heartbeat of %s failed: %s", name, exc)
-                time.sleep(interval)
-
-        thread = threading.Thread(target=loop, daemon=True, name="broker-roster")
-        thread.start()
-        return thread
+    def keep_beating(self, name: str, interval: float) -> Periodic:
+        return Periodic("broker-roster", interval, lambda: self.beat(name),
+                        first_after=0).start()

@@ -9,6 +9,7 @@ starting more workers on its queue (``-Q capabilities`` on N hosts).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from kombu import Queue
 
@@ -40,3 +41,11 @@ class Routing:
             CAPABILITY_TASK: {"queue": self.queue("capabilities")},
             "revise.reconcile.*": {"queue": self.queue("reconcile")},
         }
+
+
+def enqueue(app: Any, task: str, queue: str, **options: Any) -> Any:
+    """Send ``task`` to ``queue`` without declaring the queue on the way: the default
+    exchange routes by queue name, and each role's workers declare the queue they consume.
+    (Declaring costs a Redis round trip per message, and under load a connection per
+    sending thread.)"""
+    return app.send_task(task, queue=queue, declare=[], **options)

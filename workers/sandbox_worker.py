@@ -29,9 +29,10 @@ from typing import Any
 
 from celery.exceptions import Ignore
 
+from broker.claim import Claimer
 from broker.envelope import Envelope
 from broker.errors import ReviseError, RevisionNotRunning, SandboxError, StoreUnavailable
-from broker.records import RunStatus
+from broker.owner import current_owner
 from orchestrator.admission import Admission
 from orchestrator.pipeline import Admitted, Pipeline
 from orchestrator.report import ErrorReport, RevisionStatus, RunReport
@@ -103,9 +104,7 @@ def _as_recorded(ctx: WorkerContext, job: dict[str, Any], task_id: str) -> None:
 
 def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     ctx = self.context
-    stale = _stale(ctx, job)
-    if stale is not None:
-        return _settle_stale(stale)
+    resumes = resumes_of(self.request.id, job["job_id"])
 
     def duplicate(grant: Grant) -> dict[str, Any]:
         log.info("job %s is running in %s; this delivery is a duplicate", self.request.id,
@@ -115,8 +114,9 @@ def _deliver(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     answer = run_leased(
         ctx.lease, self.request.id, wait=ctx.queue.lease_seconds * 1.5,
         uncounted=(StoreUnavailable,), duplicate=duplicate,
-        give_up=lambda grant: _gave_up(ctx, job, grant),
-        run=lambda grant: _start(ctx, job, grant, resumes_of(self.request.id, job["job_id"])))
+        done=lambda grant: _stale(ctx, job),
+        give_up=lambda grant: _gave_up(ctx, job, grant, resumes),
+        run=lambda grant: _start(ctx, job, grant, resumes))
     return _settle_stale(answer) if answer.get("duplicate") else _settle(answer)
 
 
@@ -128,7 +128,7 @@ def _start(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes: int |
                                      "sandbox tasks: nothing is started", run_id=job["run_id"])
         return _answer(_run_started(ctx, job, grant, resumes), grant)
     except RevisionNotRunning:
-        return Released(_stale(ctx, job) or {})  # finished or lost while this one waited
+        return Released(_stale(ctx, job))  # finished or lost while this one waited
 
 
 def _answer(report: RunReport, grant: Grant) -> dict[str, Any]:
@@ -153,16 +153,18 @@ def _settle(answer: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def _stale(ctx: WorkerContext, job: dict[str, Any]) -> dict[str, Any] | None:
-    """A delivery for a revision that is no longer running (a redelivery after a crash,
-    a requeued copy): acknowledged as a duplicate at once and counted for the operator."""
+def _stale(ctx: WorkerContext, job: dict[str, Any]) -> dict[str, Any]:
+    """A delivery the job has moved past (a redelivery after a crash, a requeued copy, a
+    copy of a finished job's task): acknowledged as a duplicate at once and counted for
+    the operator. It answers with the revision's state, or none while the revision still
+    runs (as another of the job's tasks)."""
     revision = ctx.store.get_revision(job["run_id"], job["revision"])
-    if revision is not None and revision.status == "running":
-        return None
+    ended = revision is not None and revision.status not in (RevisionStatus.RUNNING,
+                                                             RevisionStatus.PARKED)
     count = count_stale_delivery(ctx, job["run_id"], job["revision"], "sandbox job")
     return {"run_id": job["run_id"], "revision": job["revision"],
-            "status": None if revision is None else revision.status, "deliveries": 0,
-            "error": None if revision is None else (revision.summary or {}).get("error"),
+            "status": revision.status if ended else None, "deliveries": 0,
+            "error": (revision.summary or {}).get("error") if ended else None,
             "duplicate": True, "stale_deliveries": count}
 
 
@@ -172,15 +174,15 @@ def _settle_stale(answer: dict[str, Any]) -> dict[str, Any]:
     return _settle(answer) if answer.get("status") else answer
 
 
-def _gave_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> dict[str, Any]:
-    """The revision is failed here, and its job finished (a revision that ran to its end
-    finished its job in its end transaction)."""
-    answer = _answer(_give_up(ctx, job, grant), grant)
-    try:
-        ctx.store.finish_job(job["job_id"])
-    except StoreUnavailable:  # the revision is finished; the job row only says it late
-        log.warning("job %s: could not mark it finished (store unavailable)", job["job_id"])
-    return answer
+def _gave_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes: int | None
+             ) -> Any:
+    """The revision is failed here, with its job finished, unless this delivery is a copy
+    the job has moved past (then it is a stale one, and nothing is written)."""
+    report = None if resumes is None else _fail(
+        ctx, job, resumes, f"gave up after {grant.starts - 1} deliveries: the sandbox "
+        "worker died each time (memory limit, crash or kill); committed calls are kept and "
+        "replay when the run is submitted again")
+    return Released(_stale(ctx, job)) if report is None else _answer(report, grant)
 
 
 def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes: int
@@ -198,7 +200,7 @@ def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes:
         # the lease, so an operator's resubmission is not mistaken for a duplicate).
         message = exc.message if isinstance(exc, ReviseError) else repr(exc)
         try:
-            _fail(ctx, job, f"the sandbox job failed: {message}")
+            _fail(ctx, job, resumes, f"the sandbox job failed: {message}")
         except StoreUnavailable as unavailable:
             # Nothing true can be written now: the revision's lease expires instead and
             # the reconciler marks it lost (never a state the store did not take).
@@ -210,15 +212,18 @@ def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes:
 def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -> RunReport:
     envelope = Envelope.model_validate(job["envelope"])
     transport = Transport(ctx.broker_redis)
+    run_id, revision = job["run_id"], job["revision"]
     pipeline = Pipeline(
         store=ctx.store, runner=ctx.runner, settings=ctx.settings,
         executor_for=lambda env: RemoteExecutor(
-            app=app, routing=ctx.routing, envelope=env, job_id=job["job_id"],
-            wait_seconds=ctx.queue.capability_wait_seconds, delivery=delivery,
-            store=ctx.store, transport=transport, brokers=ctx.brokers,
+            app=app, routing=ctx.routing, job_id=job["job_id"], run_id=run_id,
+            revision=revision, store=ctx.store, heartbeats=ctx.heartbeats,
+            claimer=Claimer(store=ctx.store, envelope=env, settings=ctx.settings,
+                            owner=current_owner()),
+            doorbell=ctx.doorbell, wait_seconds=ctx.queue.capability_wait_seconds,
+            transport=transport, brokers=ctx.brokers,
             lease_seconds=ctx.settings.attempt_lease_seconds, chunk=ctx.queue.wave_chunk,
-            park=_park_rule(ctx, transport)))
-    run_id, revision = job["run_id"], job["revision"]
+            park=_park_rule(ctx)))
     admitted = Admitted(run_id, revision, decode_source(job["source"]), job["args_text"],
                         Admission.from_wire(job["admission"]),
                         RunReport(run_id=run_id, revision=revision))
@@ -229,27 +234,21 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -
     return report
 
 
-def _park_rule(ctx: WorkerContext, transport: Transport) -> ParkRule:
-    queue = ctx.routing.queue("sandbox")
+def _park_rule(ctx: WorkerContext) -> ParkRule:
     return ParkRule(after=ctx.queue.park_after_seconds,
                     under_load_after=ctx.queue.park_under_load_after_seconds,
-                    slot_wanted=lambda: transport.waiting(queue) > 0)
+                    slot_wanted=ctx.sandbox_load.waiting)
 
 
-def _give_up(ctx: WorkerContext, job: dict[str, Any], grant: Grant) -> RunReport:
-    return _fail(ctx, job, f"gave up after {grant.starts - 1} deliveries: the sandbox worker "
-                 "died each time (memory limit, crash or kill); committed calls are kept and "
-                 "replay when the run is submitted again")
-
-
-def _fail(ctx: WorkerContext, job: dict[str, Any], message: str) -> RunReport:
-    run_id, revision = job["run_id"], job["revision"]
-    report = RunReport(run_id=run_id, revision=revision, status=RevisionStatus.FAILED,
+def _fail(ctx: WorkerContext, job: dict[str, Any], resumes: int, message: str
+          ) -> RunReport | None:
+    """Fail the job's revision visibly; None when this delivery turns out to be stale
+    (the job moved past it: its revision is not this task's to fail)."""
+    report = RunReport(run_id=job["run_id"], revision=job["revision"],
+                       status=RevisionStatus.FAILED,
                        error=ErrorReport.model_validate(SandboxError(message).to_json()))
-    ctx.store.add_event(run_id, "sandbox_failed", message, revision=revision)
-    ctx.store.finish_revision(run_id, revision, "failed", report.to_json())
-    ctx.store.set_run_status(run_id, RunStatus.FAILED, message[:500])
-    return report
+    failed = ctx.store.fail_job_revision(job["job_id"], resumes, message, report.to_json())
+    return report if failed else None
 
 
 def _reap(run_dir: Path, revision: int, starts: int) -> None:

@@ -169,6 +169,9 @@ class CeleryFloor:
             raise
         self._second_on = True
 
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self.procs]
+
     def close(self) -> None:
         from tests.workers.conftest import stop_processes
 

@@ -142,6 +142,9 @@ class ReviseCelery:
     def close(self) -> None:
         self.stack.stop()
 
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self.stack.procs]
+
     def broker_workers(self, count: int) -> None:
         """Consume the capabilities queue with one or with both broker workers."""
         want = count == 2

@@ -41,10 +41,10 @@ def checker_ratio(samples: int) -> float:
 
 def help_ms(samples: int) -> float:
     """Median wall time of the installed ``revise --help`` (the console script next to this
-    interpreter; ``python -m orchestrator.cli`` where it is not installed)."""
+    interpreter; ``python -m workers.cli`` where it is not installed)."""
     script = Path(sys.executable).with_name("revise")
     command = [str(script)] if script.exists() else [sys.executable, "-m",
-                                                     "orchestrator.cli"]
+                                                     "workers.cli"]
     times = []
     for _ in range(samples):
         started = time.perf_counter()

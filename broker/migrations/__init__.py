@@ -16,6 +16,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine
 
+__all__ = ["MIGRATIONS_DIR", "alembic_config", "current_revision", "head_revision", "upgrade"]
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 
 # Arbitrary but fixed: pg_advisory_xact_lock key for "revise schema upgrade".

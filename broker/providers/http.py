@@ -65,7 +65,11 @@ class _OpenAIAdapter(ABC):
             else SecretStr(api_key)
         self.artifacts = artifacts
         self.timeout = timeout
-        self._client = client or httpx.Client(timeout=timeout)
+        # No connection cap of the client's own (httpx's default is 100): a broker worker
+        # keeps as many requests in flight as it has calls; a provider's limit is
+        # REVISE_PROVIDER_CONCURRENCY (``broker.provider_gate``), never a hidden pool size.
+        self._client = client or httpx.Client(timeout=timeout, limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=64))
         self._owns_client = client is None
         # Scripts name catalog models (local-image-1); an operator maps them to real ones.
         self.models = dict(models or {})

@@ -202,8 +202,7 @@ class LoggedProvider:
 
 def _error_fields(exc: Exception) -> dict[str, Any]:
     if isinstance(exc, CapabilityError):
-        return {"status": exc.fields.get("status"),
-                "error_code": exc.fields.get("provider_code") or exc.code}
+        return {"status": exc.status, "error_code": exc.provider_code}
     if isinstance(exc, ReviseError):
         return {"status": None, "error_code": exc.code}
     return {"status": None, "error_code": type(exc).__name__}

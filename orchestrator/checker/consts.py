@@ -14,9 +14,11 @@ import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
-MAX_INT_BITS = 1024
-MAX_STR_LEN = 32 * 1024
-MAX_SEQ_LEN = 100_000
+from sandbox.language import LIMITS
+
+MAX_INT_BITS = LIMITS["int_bits"]
+MAX_STR_LEN = LIMITS["string_chars"]
+MAX_SEQ_LEN = LIMITS["value_items"]
 MAX_FOLD_DEPTH = 120
 # Items of a constant counted as a tree: a part shared by reference (``B = [A, A]``,
 # ``[A] * 50``) counts every time it appears, as it does for anything that walks the value.

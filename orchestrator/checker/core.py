@@ -26,6 +26,7 @@ from . import (
     names,
     recursion,
     shape,
+    sizes,
     state,
 )
 from .analysis import Analysis
@@ -55,7 +56,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("R11", shape.check_finally_exits),
     ("R11", state.check_module_state),
     ("R12", recursion.check_recursion),
-    ("R00", forms.check_sizes),
+    ("R00", sizes.check_sizes),
     ("R04", forms.check_text_forms),
     ("R11", forms.check_annotations),
 )

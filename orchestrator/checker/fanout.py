@@ -7,10 +7,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
+from sandbox.language import LIMITS
+
 from .analysis import Analysis, snippet
 from .model import Violation
 
-MAX_FANOUT = 1_000
+MAX_FANOUT = LIMITS["fanout_width"]
 _FANOUT = ("parallel", "race", "dag", "pipeline")
 _HINT = ("build the branches from a constant-bound iterable, e.g. await ctx.parallel("
          "[gen(ctx, s) for s in args[\"shots\"][:4]]), or a list literal; a list variable is "

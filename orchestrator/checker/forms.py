@@ -1,9 +1,6 @@
-"""The first wall closes three classes of bypass, each by class, not by instance:
+"""The first wall closes two classes of bypass, each by class, not by instance (a third,
+sizes given as arguments, is ``sizes.py``):
 
-* **Sizes as arguments** (R00): a padding width (``str.center/ljust/rjust/zfill``, a tab
-  size for ``expandtabs``) or a width or precision in a format spec is a size the
-  interpreter allocates at once; it must be a constant no larger than a string constant
-  may be, written where it is used.
 * **No text form of a non-data object** (R04): ``str()``, ``ascii()`` and f-strings of a
   function, a lambda, a coroutine (an async call not awaited), a ctx awaitable, ``ctx``
   itself or an iterator (a generator expression, ``map``, ``filter``, ``zip``,
@@ -18,50 +15,15 @@
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 
-from .analysis import Analysis, nfkc, snippet
-from .consts import MAX_STR_LEN
+from .analysis import Analysis, snippet
 from .model import Violation
 
-_SIZED_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
-_SIZE_KEYWORDS = frozenset({"width", "tabsize"})
 _ITERATOR_BUILTINS = frozenset({"map", "filter", "zip", "enumerate", "reversed", "iter"})
 _TEXT_BUILTINS = frozenset({"str", "ascii"})
-_NUMBER = re.compile(r"\d+")
 _TYPE_NODES = (ast.Name, ast.Constant, ast.Subscript, ast.Tuple, ast.List, ast.BinOp,
                ast.BitOr, ast.Load, ast.expr_context)
-_SIZE_HINT = (f"use a constant size written in place, at most {MAX_STR_LEN} (the longest "
-              "string constant); build long text by joining a bounded list")
-
-
-def check_sizes(an: Analysis) -> Iterator[Violation]:
-    for call in an.nodes(ast.Call):
-        func = call.func
-        if not (isinstance(func, ast.Attribute) and nfkc(func.attr) in _SIZED_METHODS
-                and not an.model.is_ctx(func.value)):
-            continue
-        sizes = [*call.args[:1], *(k.value for k in call.keywords if k.arg in _SIZE_KEYWORDS)]
-        for size in sizes:
-            if not (isinstance(size, ast.Constant) and type(size.value) is int
-                    and 0 <= size.value <= MAX_STR_LEN):
-                yield Analysis.violation("R00", call, f".{func.attr}({snippet(size, 30)}) "
-                                         "allocates a size that is not a small constant",
-                                         _SIZE_HINT)
-    for value in an.nodes(ast.FormattedValue):
-        spec = value.format_spec
-        if spec is None:
-            continue
-        parts = spec.values if isinstance(spec, ast.JoinedStr) else [spec]
-        if any(not (isinstance(p, ast.Constant) and isinstance(p.value, str)) for p in parts):
-            yield Analysis.violation("R00", value, "a format spec computed at run time (a "
-                                     "width or precision from a variable)", _SIZE_HINT)
-            continue
-        text = "".join(str(p.value) for p in parts if isinstance(p, ast.Constant))
-        if any(int(n) > MAX_STR_LEN for n in _NUMBER.findall(text)):
-            yield Analysis.violation("R00", value, f"the format spec {text[:30]!r} asks for "
-                                     f"more than {MAX_STR_LEN} characters", _SIZE_HINT)
 
 
 def check_text_forms(an: Analysis) -> Iterator[Violation]:

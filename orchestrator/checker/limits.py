@@ -11,20 +11,16 @@ import ast
 import io
 import re
 import tokenize
-import warnings
 from collections.abc import Iterator
 from itertools import accumulate
-from typing import TYPE_CHECKING
 
+from broker.syntax import parse_python
 from orchestrator.source import MAX_SOURCE_BYTES
 from sandbox.language import MAX_VALUE_DEPTH
 
 from .consts import MAX_INT_BITS, MAX_STR_LEN, TooLarge, check_value, fold
 from .model import Violation
-from .walk import MAX_AST_DEPTH, MAX_AST_NODES, TreeTooLarge
-
-if TYPE_CHECKING:
-    from .scope import ScriptModel
+from .walk import MAX_AST_DEPTH, MAX_AST_NODES, TreeTooLarge, Walked
 
 __all__ = ["MAX_AST_DEPTH", "MAX_AST_NODES", "check_size", "huge_literals", "parse",
            "prescan", "tree_too_large"]
@@ -143,10 +139,7 @@ def token_scan(text: str) -> Violation | None:
 def parse(text: str) -> tuple[ast.Module | None, Violation | None]:
     """Parse without compiling; every parser failure becomes one R00 violation."""
     try:
-        with warnings.catch_warnings():
-            # Same verdict whatever the process's warning filters (e.g. -W error).
-            warnings.simplefilter("ignore")
-            return ast.parse(text, mode="exec"), None
+        return parse_python(text), None
     except SyntaxError as exc:
         line = exc.lineno or 1
         return None, _r00(line, f"syntax error at line {line}: {exc.msg}",
@@ -175,7 +168,7 @@ _INT_LIMIT = 1 << MAX_INT_BITS
 _GROWING = (ast.BinOp, ast.UnaryOp)
 
 
-def huge_literals(model: ScriptModel) -> list[Violation]:
+def huge_literals(model: Walked) -> list[Violation]:
     """Literals, and constant arithmetic on them, that would build a huge value.
 
     A plain literal is as large as its source text, so only its own size is checked; an
@@ -216,7 +209,7 @@ def huge_literals(model: ScriptModel) -> list[Violation]:
 _DISPLAYS = (ast.List, ast.Tuple, ast.Dict, ast.Set)
 
 
-def _deep_displays(model: ScriptModel) -> list[Violation]:
+def _deep_displays(model: Walked) -> list[Violation]:
     """List, tuple, dict and set displays nested deeper than a value may be (the limit
     the runtime and the host hold payloads and results to)."""
     found = []

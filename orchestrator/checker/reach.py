@@ -1,45 +1,85 @@
-"""How many times a call can run inside its function (the host's bound on identities).
+"""What the admitted script can reach at each call: how often, and inside which fanouts
+(the host's bounds on identities).
 
-A frame from the sandbox names a site; the host admits at most as many calls at a
-site in one revision as the admitted script can make there: the product, along the
-site's chain, of how often each call on it can run in its own function (the static
-bounds of the loops and comprehensions around it, the same ones rule R03 checks).
-A sandbox that ignores the checker and invents fanout paths or occurrences gets no
-more identities, and no more payments, than that.
+A frame from the sandbox names a site, a fanout path and an occurrence; the host admits
+at most as many calls at a site in one revision as the admitted script can make there:
+the product, along the site's chain, of how often each call on it can run in its own
+function (the static bounds of the loops and comprehensions around it, the same ones
+rule R03 checks), and only at fanout paths the script can give it: along the chain, the
+fanouts each call runs inside (``nesting.py``), each index below the fanout's static
+width. A sandbox that ignores the checker and invents fanout paths or occurrences gets
+no more identities, and no more payments, than that.
 
-None means unknown (a ``while`` loop, an unbounded iterable, a call inside a lambda):
-such a site keeps no bound beyond the envelope's budget. Never raises: a tree the
-model cannot take bounds nothing.
+None means unknown (a ``while`` loop, an unbounded iterable, a call inside a lambda, an
+awaitable handed somewhere the analysis does not follow): such a site keeps no bound
+beyond the envelope's budget. Never raises: a tree the model cannot take bounds nothing.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable
+from typing import Any
 
 from .bindings import COMPREHENSIONS, FUNCTION_TYPES
 from .bounds import Bounds
+from .nesting import Nesting, Shapes
 from .scope import ScriptModel
 
 Executions = Callable[[ast.AST], int | None]
 
 
+class Reach:
+    """``executions(call)``: how many times ``call`` can run per run of the function that
+    holds it; ``nesting(node)``: the fanouts of its function an awaitable runs inside;
+    ``handed(name)`` and ``handed_runs(name)``: the same for a helper handed over as a
+    value (a ctx.pipeline stage, a ctx.dag node). Each None when that has no static
+    answer."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        try:
+            model = ScriptModel(tree)
+        except Exception:  # a tree past the R00 limits (checker bypassed): no bound at all
+            self._model: ScriptModel | None = None
+            return
+        self._model = model
+        self._bounds = Bounds(model)
+        self._nesting = Nesting(model, self._bounds)
+
+    def executions(self, node: ast.AST) -> int | None:
+        model = self._model
+        return None if model is None else self._ask(lambda: _count(model, self._bounds, node))
+
+    def nesting(self, node: ast.AST) -> Shapes | None:
+        return self._ask(lambda: self._nesting.of(node))
+
+    def handed(self, name: ast.Name) -> Shapes | None:
+        return self._ask(lambda: self._nesting.of_handed(name))
+
+    def handed_runs(self, name: ast.Name) -> int | None:
+        """How many times a helper handed over as a value, by this name, can run per run
+        of the function that hands it: the stage or node this name is runs once each time
+        the fanout it is handed to runs."""
+        model = self._model
+        return None if model is None else self._ask(lambda: self._handed_runs(model, name))
+
+    def _handed_runs(self, model: ScriptModel, name: ast.Name) -> int | None:
+        found = self._nesting.handed_to(name)
+        return None if found is None else _count(model, self._bounds, found[0])
+
+    def _ask(self, question: Callable[[], Any]) -> Any:
+        if self._model is None:
+            return None
+        try:
+            return question()
+        except Exception:  # the queries' own limits: unknown, never a crash
+            return None
+
+
 def executions(tree: ast.Module) -> Executions:
     """``executions(tree)(call)``: how many times ``call`` can run per run of the
     function that holds it, or None when that has no static bound."""
-    try:
-        model = ScriptModel(tree)
-    except Exception:  # a tree past the R00 limits (checker bypassed): no bound at all
-        return lambda node: None
-    bounds = Bounds(model)
-
-    def count(node: ast.AST) -> int | None:
-        try:
-            return _count(model, bounds, node)
-        except Exception:  # the bound queries' own limits: unknown, never a crash
-            return None
-
-    return count
+    return Reach(tree).executions
 
 
 def _count(model: ScriptModel, bounds: Bounds, node: ast.AST) -> int | None:

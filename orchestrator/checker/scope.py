@@ -8,9 +8,7 @@ bindings, which is what a static bound or a "may this be ctx?" question needs.
 from __future__ import annotations
 
 import ast
-from collections import defaultdict
 from functools import cached_property
-from typing import Any
 
 from .bindings import (
     COMPREHENSIONS,
@@ -24,28 +22,17 @@ from .bindings import (
     positional_params,
     target_names,
 )
-from .walk import Builder
+from .walk import Walked
 
 __all__ = ["COMPREHENSIONS", "FUNCTION_TYPES", "Binding", "FunctionNode", "Loop", "Mutation",
            "Scope", "ScriptModel", "all_params", "positional_params"]
 
 
-class ScriptModel:
+class ScriptModel(Walked):
     """Scopes and bindings of one parsed script."""
 
     def __init__(self, tree: ast.Module) -> None:
-        self.tree = tree
-        self.module = Scope(tree, "module", None)
-        self.scope_by_node: dict[int, Scope] = {}
-        self.loops_by_node: dict[int, tuple[Loop, ...]] = {}
-        self.function_scopes: dict[int, Scope] = {}
-        self.functions: list[FunctionNode] = []
-        self.mutations: list[Mutation] = []
-        self.env: dict[str, Any] = {}
-        self.orchestrate: ast.AsyncFunctionDef | None = None
-        self.parents: dict[int, ast.AST | None] = {}
-        self.buckets: defaultdict[type, list[Any]] = defaultdict(list)
-        Builder(self).build()  # raises walk.TreeTooLarge past the R00 tree limits
+        super().__init__(tree)  # the one walk; raises walk.TreeTooLarge past the R00 limits
         self.function_names = frozenset(f.name for f in self.functions)
         self.names: list[ast.Name] = self.buckets[ast.Name]
         self.owners: dict[int, Scope | None] = {

@@ -9,15 +9,22 @@ tree limits (node count and depth) *before* going deeper, so the recursion is bo
 from __future__ import annotations
 
 import ast
+from collections import defaultdict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .bindings import FUNCTION_TYPES, Binding, Loop, Mutation, Scope, all_params, target_names
+from .bindings import (
+    FUNCTION_TYPES,
+    Binding,
+    FunctionNode,
+    Loop,
+    Mutation,
+    Scope,
+    all_params,
+    target_names,
+)
 from .builtins import MUTATING_METHODS
 from .consts import NOT_CONSTANT, fold_quiet
-
-if TYPE_CHECKING:
-    from .scope import ScriptModel
 
 MAX_AST_NODES = 50_000
 MAX_AST_DEPTH = 100
@@ -65,10 +72,29 @@ class TreeTooLarge(Exception):
 Loops = tuple[Loop, ...]
 
 
+class Walked:
+    """What the one walk records about a parsed script; the script model (``scope.py``)
+    answers its questions from this."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.tree = tree
+        self.module = Scope(tree, "module", None)
+        self.scope_by_node: dict[int, Scope] = {}
+        self.loops_by_node: dict[int, Loops] = {}
+        self.function_scopes: dict[int, Scope] = {}
+        self.functions: list[FunctionNode] = []
+        self.mutations: list[Mutation] = []
+        self.env: dict[str, Any] = {}
+        self.orchestrate: ast.AsyncFunctionDef | None = None
+        self.parents: dict[int, ast.AST | None] = {}
+        self.buckets: defaultdict[type, list[Any]] = defaultdict(list)
+        Builder(self).build()  # raises TreeTooLarge past the R00 tree limits
+
+
 class Builder:
     """Records parents, scopes, buckets, bindings, loops and mutations in one walk."""
 
-    def __init__(self, model: ScriptModel) -> None:
+    def __init__(self, model: Walked) -> None:
         self.m = model
         self.parents = model.parents
         self.scopes = model.scope_by_node

@@ -1,4 +1,4 @@
-"""The model backend interface and the ``--model`` spec that picks one.
+"""The model backend interface.
 
 A backend turns chat messages into one text answer. ``purpose`` says what the
 answer is for (``"repair"`` or ``"author"``): the recorded backend replays by
@@ -7,14 +7,11 @@ it, the HTTP backend only logs it.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from broker.errors import ConfigError, ReviseError
-from broker.settings import Settings
+from broker.errors import ReviseError
 
 PURPOSES = frozenset({"repair", "author"})
-RECORDED_PREFIX = "recorded:"
 
 Message = dict[str, str]
 
@@ -25,6 +22,9 @@ class ModelEndpointError(ReviseError):
     base URL is a ``ConfigError`` instead."""
 
     code = "model_endpoint"
+    reason: str | None = None  # rejected | empty | http | timeout | malformed | ...
+    status: int | None = None  # the last HTTP status, when one came
+    attempts: int | None = None  # requests made before giving up
 
 
 @runtime_checkable
@@ -37,18 +37,3 @@ class ModelBackend(Protocol):
     def complete(self, messages: list[Message], *, purpose: str) -> str:
         """The model's answer to ``messages`` (OpenAI chat format: role + content)."""
         ...
-
-
-def backend_from_spec(spec: str, settings: Settings | None = None) -> ModelBackend:
-    """``recorded:PATH.jsonl`` replays a file; anything else is a model name served by the
-    OpenAI-compatible endpoint at REVISE_MODEL_BASE_URL (key: REVISE_MODEL_API_KEY)."""
-    from orchestrator.models.openai_chat import OpenAIChatBackend
-    from orchestrator.models.recorded import RecordedBackend
-
-    spec = spec.strip()
-    if not spec:
-        raise ConfigError("--model is empty; pass a model name (served by "
-                          "REVISE_MODEL_BASE_URL) or recorded:PATH.jsonl")
-    if spec.startswith(RECORDED_PREFIX):
-        return RecordedBackend.load(Path(spec.removeprefix(RECORDED_PREFIX)))
-    return OpenAIChatBackend.from_settings(settings or Settings(), model=spec)

@@ -11,9 +11,10 @@ It never judges validity; the checker does that and tells the model why.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
+
+from broker.syntax import parse_python
 
 _THINK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
 _OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
@@ -72,7 +73,7 @@ def _choose(blocks: list[_Block]) -> _Block | None:
 
 def _parses(text: str) -> bool:
     try:
-        ast.parse(text)
+        parse_python(text)
     except (SyntaxError, ValueError):
         return False
     return True

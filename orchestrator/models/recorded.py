@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from broker.errors import InputError, ReviseError
+from broker.errors import InputError
 from orchestrator.models.base import PURPOSES, Message
 
 
@@ -41,6 +41,13 @@ class RecordedCall:
     purpose: str
     messages: list[Message]
     line: int  # the JSONL line that answered
+
+
+class RecordingExhausted(InputError):
+    """A recorded model file has no answer left for what the loop asks (its ``file``)."""
+
+    code = "recording_exhausted"
+    purpose: str  # what the missing answer was for: repair | author
 
 
 @dataclass
@@ -82,10 +89,10 @@ class RecordedBackend:
                     self.calls.append(RecordedCall(purpose, list(messages), entry.line))
                     return entry.output
         served = sum(1 for c in self.calls if c.purpose == purpose)
-        raise ReviseError(
+        raise RecordingExhausted(
             f"the recorded model outputs in {self.source} have no unused {purpose!r} entry "
             f"left (served {served}); add a line {{\"purpose\": \"{purpose}\", \"output\": "
-            "...} or lower --max-attempts", source=self.source, purpose=purpose)
+            "...} or lower --max-attempts", file=self.source, purpose=purpose)
 
 
 def parse_jsonl(text: str, source: str = "<memory>") -> list[RecordedOutput]:

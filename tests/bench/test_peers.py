@@ -48,6 +48,12 @@ def test_quick_run_of_revise_prints_every_figure(postgres_url: str, redis_url: s
     for floor in ("Celery floor, 1 broker worker", "Celery floor + writes, 1 broker worker"):
         assert float(jobs.strip("|").split("|")[columns.index(floor)]) > 0, jobs  # it ran
     assert re.search(r"floor: bare hops >= 0.8x DBOS's +not measured", out), out
+    cpu = next(line for line in out.splitlines()
+               if line.startswith("| 4 concurrent jobs x 4 calls, CPU ms per call"))
+    for column in ("Revise Celery, 1 broker worker", "Celery floor, 1 broker worker",
+                   "Celery floor + writes, 1 broker worker"):
+        assert float(cpu.strip("|").split("|")[columns.index(column)]) > 0, cpu
+    assert re.search(r"CPU per call <= 1.3x floor \+ writes +\d+\.\d\dx +(met|NOT met)", out)
     for floor in ("floor", "floor \\+ writes"):
         assert re.search(rf"Revise / {floor} +\d+\.\d\dx", out), out
     assert "| N = 4 | 5 | 8 |" in out  # call-level replay: N + 1 paid, a full rerun 2N

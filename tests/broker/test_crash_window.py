@@ -53,7 +53,7 @@ def test_an_attempt_whose_request_never_left_is_abandoned_not_unresolved(store):
     assert attempt.sent_at is None
     assert mark_unresolved(store, attempt, by="finder", reason="its owner is gone") is None
     assert store.latest_attempt(RUN, attempt.identity).status is AttemptStatus.ABANDONED
-    assert not store.sent_attempt(attempt.id)  # the slow owner must not send now
+    assert not store.take_attempt(attempt.id, "w1")  # the slow owner must not send now
     (event,) = [e for e in store.list_events(RUN) if e.kind == "attempt_abandoned"]
     assert "never sent" in event.message
     sent = claim(store, Identity("orchestrate/#1", (), 0)).attempt

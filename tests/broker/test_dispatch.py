@@ -40,6 +40,12 @@ def _paid(services: Services) -> list[str]:
     return [line["identity"] for line in services.provider.log.read()]
 
 
+def _execute(broker, wave: list) -> list:
+    """A wave as a session runs it: claimed, then executed."""
+    claimed = broker.claim_wave(wave)
+    return [*claimed.answered, *broker.run_wave(claimed)]
+
+
 def test_two_copies_of_one_wave_at_once_pay_each_call_once(services: Services) -> None:
     services.store.ensure_run(RUN)
     revision = services.store.add_revision(RUN, "# src", "h")
@@ -50,7 +56,7 @@ def test_two_copies_of_one_wave_at_once_pay_each_call_once(services: Services) -
     def deliver(n: int) -> None:
         broker = services.broker(Envelope(concurrency=4))
         barrier.wait()
-        reports[n] = list(broker.execute_wave(wave))
+        reports[n] = _execute(broker, wave)
         broker.close()
 
     threads = [threading.Thread(target=deliver, args=(n,)) for n in range(2)]
@@ -75,9 +81,9 @@ def test_a_failed_call_is_answered_again_and_a_finished_revision_pays_nothing(
     revision = services.store.add_revision(RUN, "# src", "h")
     wave = _wave(revision, ["512x512", "999x999"])  # the provider rejects the second
     broker = services.broker(Envelope())
-    first = {r.identity: r for r in broker.execute_wave(wave)}
+    first = {r.identity: r for r in _execute(broker, wave)}
     assert [str(first[r.identity].outcome) for r in wave] == ["executed", "failed"]
-    again = {r.identity: r for r in broker.execute_wave(wave)}  # a redelivered job
+    again = {r.identity: r for r in _execute(broker, wave)}  # a redelivered job
     assert again[wave[1].identity].outcome is Outcome.FAILED
     assert again[wave[1].identity].error == first[wave[1].identity].error
     assert not again[wave[1].identity].attempted
@@ -85,7 +91,7 @@ def test_a_failed_call_is_answered_again_and_a_finished_revision_pays_nothing(
     assert len(_paid(services)) == 2
 
     services.store.finish_revision(RUN, revision, "failed", {})
-    late = list(broker.execute_wave(_wave(revision, ["256x256"] * 3)[2:]))
+    late = _execute(broker, _wave(revision, ["256x256"] * 3)[2:])
     assert len(late) == 1 and isinstance(late[0].stop, RevisionNotRunning)
     assert len(_paid(services)) == 2
     broker.close()

@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from broker.catalog import PRODUCTION_CAPABILITIES
-from broker.envelope import Budget, Envelope, SandboxLimits, load_envelope
+from broker.envelope import Budget, Envelope, HostMaxima, SandboxLimits, load_envelope
 from broker.errors import InputError
 from broker.settings import LedgerPolicy, OrphanPolicy
 
@@ -137,3 +137,35 @@ def test_approved_takes_name_catalog_capabilities():
     assert Envelope(approved_takes=["image.generate"]).approved_takes == ["image.generate"]
     with pytest.raises(ValidationError):
         Envelope(approved_takes=["image.generat"])
+
+
+@pytest.mark.parametrize(("limits", "field", "fix"), [
+    ({"cpus": 3}, "sandbox.cpus", "3 CPUs is more than this host has (2); ask for at most 2"),
+    ({"memory_mb": 4096}, "sandbox.memory_mb",
+     "4096 MiB is more memory than this host has (2048 MiB); ask for less"),
+])
+def test_limits_past_this_host_are_refused_at_submit(tmp_path, limits, field, fix):
+    """A Docker host refuses --cpus past its CPUs when the container is created: that
+    failure is named at submit, in one line, before any revision exists."""
+    path = tmp_path / "envelope.json"
+    path.write_text(json.dumps({"sandbox": limits}))
+    small = HostMaxima(cpus=2, memory_mb=2048)
+    with pytest.raises(InputError) as caught:
+        load_envelope(path, small)
+    assert caught.value.message == f"envelope file {path}: field {field!r}: {fix}"
+    assert caught.value.field == field
+    path.write_text(json.dumps({"sandbox": {"cpus": 2, "memory_mb": 2048}}))
+    assert load_envelope(path, small).sandbox.cpus == 2
+
+
+def test_this_host_s_maxima_are_read_from_the_host():
+    maxima = HostMaxima.of_this_host()
+    assert maxima.cpus >= 1 and maxima.memory_mb >= 256
+
+
+@pytest.mark.parametrize("name", ["deep.json", "deep.yaml", "deep"])
+def test_a_deeply_nested_envelope_is_one_error_line(tmp_path, name):
+    path = tmp_path / name
+    path.write_text('{"sandbox": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    with pytest.raises(InputError, match="nests too deeply to read"):
+        load_envelope(path)

@@ -82,7 +82,7 @@ def test_the_error_survives_pickling() -> None:
     with pytest.raises(InputError) as caught:
         validate_name("run id", "../x")
     again = pickle.loads(pickle.dumps(caught.value))
-    assert again.message == caught.value.message and again.name_kind == "run id"
+    assert again.message == caught.value.message and again.field == "run id"
 
 
 def _stays_a_child(home: Path, name: str) -> None:

@@ -10,9 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import redis
 
-from broker.errors import LedgerUnavailable, StoreUnavailable
+from broker.errors import StoreUnavailable
 from broker.outage import describe, queue_unavailable
 from broker.sqlstore import SqlStore
 
@@ -42,22 +41,10 @@ def test_a_dead_database_is_named_without_its_password() -> None:
         "127.0.0.1", 5499)
 
 
-def test_a_dead_redis_ledger_is_named() -> None:
-    from workers.ledger_redis import RedisLedger
-
-    ledger = RedisLedger(redis.Redis.from_url(f"redis://:hunter2@{DEAD}/4",
-                                              socket_connect_timeout=1), slots=lambda _: [])
-    with pytest.raises(LedgerUnavailable) as caught:
-        ledger.paid("r", "image.generate", "d", other_than=1)
-    assert f"paid-payload ledger (Redis at {DEAD} (db 4)) is unavailable" in \
-        caught.value.message
-    assert "hunter2" not in caught.value.message
-
-
 def test_revise_submit_against_a_dead_redis_names_it(tmp_path: Path) -> None:
     """It waits the outage out within --timeout, saying what for, then exits 3."""
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "submit",
+        [sys.executable, "-m", "workers.cli", "submit",
          str(ROOT / "tests" / "fixtures" / "scripts" / "e3_v2.py"), "--run-id", "x", "--json",
          "--timeout", "3"],
         capture_output=True, text=True, cwd=tmp_path, timeout=120,
@@ -71,12 +58,14 @@ def test_revise_submit_against_a_dead_redis_names_it(tmp_path: Path) -> None:
 
 def test_a_script_out_of_memory_says_so_with_its_limit(tmp_path: Path) -> None:
     script = tmp_path / "hog.py"
-    script.write_text("async def orchestrate(ctx, args):\n"
-                      "    blob = args[\"s\"] * args[\"n\"]\n    return len(blob)\n")
+    # A repetition by a count from args is refused by the checker (R00): double instead.
+    script.write_text("async def orchestrate(ctx, args):\n    blob = args[\"s\"]\n"
+                      "    for i in range(40):\n        blob = blob + blob\n"
+                      "    return len(blob)\n")
     args = tmp_path / "args.json"
-    args.write_text(json.dumps({"s": "xxxxxxxx", "n": 1_000_000_000}))
+    args.write_text(json.dumps({"s": "xxxxxxxx"}))
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "run", str(script), "--run-id", "hog",
+        [sys.executable, "-m", "workers.cli", "run", str(script), "--run-id", "hog",
          "--args", str(args), "--json"], capture_output=True, text=True, cwd=tmp_path,
         timeout=120, env={**os.environ, "REVISE_HOME": str(tmp_path / "home"),
                           "REVISE_SANDBOX": "process"})

@@ -174,3 +174,16 @@ def test_two_landing_calls_of_one_payload_are_a_repeat_of_the_first() -> None:
     assert first.verdict is Verdict.NEW and first.stored_at is not None
     again = prefix.decide(call("s", (), 3, "d"))
     assert (again.verdict, again.asked_at) == (Verdict.REPEAT, first.stored_at)
+
+
+def test_a_resumed_revision_replays_its_own_calls_and_diverges_on_a_changed_one() -> None:
+    """A parked job resumes by running its admitted script again: the calls its revision
+    committed before it parked replay. The script and args are fixed, so a call that
+    came out different could only be a script that escaped the checker's determinism
+    rules; it is decided like any change at a committed identity: a divergence, which
+    stops the revision before any new effect (``ReplayDivergence`` naming the identity)."""
+    prefix = Prefix([slot("s", (), 0, "a", revision=3), slot("s", (), 1, "b", revision=3)],
+                    revision=3)
+    same = prefix.decide(call("s", (), 0, "a"))
+    assert same.verdict is Verdict.REPLAY and same.slot.revision == 3
+    assert prefix.decide(call("s", (), 1, "changed")).verdict is Verdict.DIVERGE

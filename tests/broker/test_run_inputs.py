@@ -38,9 +38,13 @@ def test_add_revision_stores_args_and_envelope_by_digest(store):
 def test_blobs_are_written_once_and_scoped_to_their_run(store):
     store.ensure_run(RUN)
     store.ensure_run("other")
-    data = payload_bytes({"prompt": "x"})
-    assert store.put_blob(RUN, "payload", data) == store.put_blob(RUN, "payload", data)
-    assert store.get_blobs("other", [sha256_hex(data)]) == {}
+    args = args_bytes({"shots": ["x"]})
+    for _ in range(2):  # the same bytes again: the same blob, no conflict
+        number = store.add_revision(RUN, "src", "h", args=args)
+        store.finish_revision(RUN, number, "failed", {})
+    assert {r.args_digest for r in store.list_revisions(RUN)} == {sha256_hex(args)}
+    assert store.get_blobs(RUN, [sha256_hex(args)]) == {sha256_hex(args): args}
+    assert store.get_blobs("other", [sha256_hex(args)]) == {}
     assert store.get_blobs(RUN, []) == {}
 
 

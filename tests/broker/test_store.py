@@ -10,6 +10,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -21,7 +22,13 @@ from broker.errors import RunBusy, RunNotFound, SlotConflict, StoreError, StoreU
 from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import Base
-from broker.records import AttemptStatus, CallClaim, Claim, RunStatus, SlotRecord
+from broker.records import (
+    AttemptStatus,
+    CallClaim,
+    RevisionEnd,
+    RunStatus,
+    SlotRecord,
+)
 from broker.sqlstore import SqlStore
 
 RUN = "run-1"
@@ -36,13 +43,18 @@ def slot(identity: Identity = IDENT, *, digest: str = "d1", capability: str = "l
 
 
 def claim(store: SqlStore, identity: Identity = IDENT, owner: str = "w1", *,
-          sent: bool = True):
-    """Claim an attempt; ``sent``: and record its dispatch (the request left)."""
-    claimed = store.claim_attempt(RUN, identity, "llm.text", "d1", 1, owner, None)
-    if sent and claimed.claimed:
-        assert store.sent_attempt(claimed.attempt.id)
-        claimed = Claim(store.latest_attempt(RUN, identity), True)
-    return claimed
+          sent: bool = True, revision: int = 1) -> SimpleNamespace:
+    """Claim one call (a wave of one of a running revision); ``sent``: and take it, as its
+    request leaves (its dispatch record). ``attempt`` is the claimed attempt, the one in
+    the way, or the committed one."""
+    decided = begin_wave(store, [CallClaim(identity, "llm.text", "d1", check_ledger=False)],
+                         revision=revision, owner=owner)[0]
+    if decided.claimed and sent:
+        assert store.take_attempt(decided.attempt.id, owner)
+    attempt = decided.attempt
+    if attempt is None or (decided.claimed and sent):
+        attempt = store.latest_attempt(RUN, identity)
+    return SimpleNamespace(claimed=decided.claimed, attempt=attempt)
 
 
 def run_parallel(count: int, fn):
@@ -132,8 +144,8 @@ def test_commit_settles_the_attempt(store):
     assert store.list_attempts(RUN)[0].status is AttemptStatus.SUCCEEDED
 
     other = Identity("other/#0", (), 0)
-    store.commit(slot(other), None)
     late = claim(store, other).attempt
+    store.commit(slot(other), None)  # another result was committed there meanwhile
     with pytest.raises(SlotConflict):
         store.commit(slot(other, digest="d2"), late.id)
     failed = store.list_attempts(RUN, frozenset({AttemptStatus.FAILED}))
@@ -148,18 +160,6 @@ def test_list_slots_orders_by_identity(store):
         store.commit(slot(ident), None)
     assert [s.identity for s in store.list_slots(RUN)] == sorted(idents)
     assert Identity("a/#0", (), 0) < Identity("a/#0", (0,), 0)
-
-
-def test_the_paid_payload_ledger_is_run_wide_and_other_revisions_count(store):
-    a, b, c = Identity("s/#0", (1,), 0), Identity("t/#0", (2,), 0), Identity("s/#0", (1,), 1)
-    store.commit(slot(a, digest="d", revision=1), None)
-    store.commit(slot(b, digest="d", revision=2), None)  # the same payload, another site
-    store.commit(slot(c, digest="other", revision=1), None)
-    assert store.paid_identities(RUN, "llm.text", "d", 1) == [b]  # a later revision counts
-    assert store.paid_identities(RUN, "llm.text", "d", 2) == [a]
-    assert store.paid_identities(RUN, "llm.text", "d", 3) == [a, b]
-    assert store.paid_identities(RUN, "text.generate", "d", 3) == []
-    assert store.paid_identities("other-run", "llm.text", "d", 3) == []
 
 
 # ---- attempts -------------------------------------------------------------------------------
@@ -202,6 +202,10 @@ def _collect(procs, results, deadline_s: float = 180) -> list:
 
 
 def test_claim_is_atomic_across_processes(store_url):
+    opened = SqlStore.open(store_url)
+    opened.ensure_run(RUN)
+    opened.add_revision(RUN, "# src", "h")
+    opened.close()
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(2), ctx.Queue()
     procs = [ctx.Process(target=_claim_in_process, args=(store_url, f"p{i}", barrier, results))
@@ -240,6 +244,7 @@ _numbering = threading.Lock()  # parallel claims of one revision number it once
 def begin_wave(store: SqlStore, claims: list[CallClaim], *, budget=None, revision: int = 1,
                owner: str = "w1"):
     with _numbering:
+        store.ensure_run(RUN)
         while len(store.list_revisions(RUN)) < revision:  # a running revision claims
             for running in store.list_revisions(RUN):  # one at a time: end the earlier one
                 if running.status == "running":
@@ -398,7 +403,7 @@ def test_cost_budget_holds_across_concurrent_deciders(store):
     """The broker's own budget check (``max_cost``) under the same lock: 10 parallel image
     calls on a budget of three images claim exactly three."""
     from broker.catalog import lookup
-    from broker.dispatch import budget_check
+    from broker.claim import budget_check
     from broker.envelope import Budget
 
     store.ensure_run(RUN)
@@ -421,7 +426,9 @@ def test_failed_attempt_can_be_claimed_again(store):
     store.fail_attempt(first.id, {"code": "capability_error", "message": "boom"})
     failed = store.list_attempts(RUN)[0]
     assert failed.status is AttemptStatus.FAILED and failed.error["message"] == "boom"
-    retry = claim(store, owner="w2")
+    again = claim(store, owner="w2")  # the same revision gets the same answer again
+    assert not again.claimed and again.attempt.status is AttemptStatus.FAILED
+    retry = claim(store, owner="w2", revision=2)  # a later revision may try once more
     assert retry.claimed and retry.attempt.number == 1 and retry.attempt.owner == "w2"
     with pytest.raises(StoreError):
         store.fail_attempt(999_999, {})
@@ -436,36 +443,21 @@ def test_committed_attempt_is_not_claimed_again(store):
     assert late.attempt.status is AttemptStatus.SUCCEEDED
 
 
-def test_heartbeat_and_mark_unresolved(store):
+def test_heartbeats_renew_only_the_attempts_they_name(store):
     stale = claim(store, Identity("a/#0", (), 0)).attempt
-    cutoff = datetime.now(UTC) + timedelta(milliseconds=1)
     fresh = claim(store, Identity("b/#0", (), 0)).attempt
+    cutoff = datetime.now(UTC) + timedelta(milliseconds=1)
     while datetime.now(UTC) <= cutoff:  # a fast claim can land inside that millisecond
         time.sleep(0.001)
-    store.heartbeat_attempts([fresh.id, stale.id + 10_000])
-    beat = next(a for a in store.list_attempts(RUN) if a.id == fresh.id)
-    assert beat.heartbeat_at >= cutoff
-    marked = store.mark_unresolved(cutoff)
-    assert [a.id for a in marked] == [stale.id]
-    assert marked[0].status is AttemptStatus.UNRESOLVED
-    assert store.mark_unresolved(cutoff) == []
-    assert not claim(store, Identity("a/#0", (), 0)).claimed  # fail closed until resolved
-    with pytest.raises(ValueError):
-        store.mark_unresolved(datetime.now())
-
-
-def test_mark_unresolved_returns_each_attempt_once(store):
-    ids = {claim(store, Identity(f"s{i}/#0", (), 0)).attempt.id for i in range(20)}
-    cutoff = datetime.now(UTC) + timedelta(seconds=1)
-    marked = run_parallel(2, lambda i: store.mark_unresolved(cutoff))
-    got = [a.id for batch in marked for a in batch]
-    assert sorted(got) == sorted(ids)
-    assert len(store.list_attempts(RUN, frozenset({AttemptStatus.UNRESOLVED}))) == 20
+    store.heartbeat_attempts([fresh.id, stale.id + 10_000])  # an unknown id is no error
+    beats = {a.id: a.heartbeat_at for a in store.list_attempts(RUN)}
+    assert beats[fresh.id] >= cutoff > beats[stale.id]
 
 
 def test_resolve_attempt_abandon_permits_one_retry(store):
     first = claim(store).attempt
-    store.mark_unresolved(datetime.now(UTC) + timedelta(seconds=1))
+    store.resolve_attempt(first.id, AttemptStatus.UNRESOLVED, operator="revise",
+                          reason="its owner is gone")
     done = store.resolve_attempt(first.id, AttemptStatus.ABANDONED, operator="ops",
                                  reason="provider never saw it")
     assert done.status is AttemptStatus.ABANDONED
@@ -501,8 +493,8 @@ def test_resolve_attempt_can_declare_a_pending_attempt_unresolved(store):
 
 
 def test_resolve_with_conflicting_slot_changes_nothing(store):
-    store.commit(slot(), None)
     attempt = claim(store).attempt
+    store.commit(slot(), None)
     with pytest.raises(SlotConflict):
         store.resolve_attempt(attempt.id, AttemptStatus.RESOLVED, operator="ops", reason="x",
                               slot=slot(digest="d2"))
@@ -521,10 +513,12 @@ def test_certificates_orphans_and_events_round_trip(store):
     assert (cert.revision, cert.digest, cert.entries) == (2, "c2b", [{"identity": "b@:0"}])
     assert cert.created_at.tzinfo is not None
 
-    gone = [Identity("a/#0", (), 0), Identity("b/#0", (1,), 2)]
-    store.save_orphans(RUN, 2, gone, "warn")
-    store.save_orphans(RUN, 2, gone, "warn")  # idempotent
-    store.save_orphans(RUN, 3, [], "warn")
+    gone = (Identity("a/#0", (), 0), Identity("b/#0", (1,), 2))
+    for revision, left in ((2, gone), (2, gone), (3, ())):  # a second end adds none again
+        store.end_revision(RevisionEnd(
+            run_id=RUN, revision=revision, status="succeeded", summary={},
+            run_status=RunStatus.SUCCEEDED, detail=None, certificate_digest=f"c{revision}",
+            certificate_entries=(), orphans=left))
     orphans = store.list_orphans(RUN)
     assert [(o["revision"], o["identity"], o["policy"]) for o in orphans] == [
         (2, "a/#0@:0", "warn"), (2, "b/#0@1:2", "warn")]

@@ -51,12 +51,12 @@ class RefusingDispatchRecords(RefusingCommits):
     def commit(self, slot: Any, attempt_id: Any) -> Any:
         return self._inner.commit(slot, attempt_id)
 
-    def sent_attempt(self, attempt_id: int) -> bool:
+    def take_attempt(self, attempt_id: int, owner: str) -> bool:
         if self.refused < self.failures:
             self.refused += 1
             raise StoreUnavailable("run store is unavailable while recording a dispatch "
                                    "(connection refused)")
-        return bool(self._inner.sent_attempt(attempt_id))
+        return bool(self._inner.take_attempt(attempt_id, owner))
 
 
 def test_a_dispatch_record_refused_for_a_while_is_waited_for_not_a_stopped_run(

@@ -90,7 +90,7 @@ def test_kill_during_a_sleeping_handler(home, services):
 def test_kill_mid_call_leaves_the_intent_line_and_from_log_says_what_to_do(home, services):
     from typer.testing import CliRunner
 
-    from orchestrator.cli import app
+    from workers.cli import app
 
     assert run_child(home, "crash", "crash_seq", mode="mid-call") == KILLED
     (line,) = provider_lines(home)  # the request left; no answer was ever recorded

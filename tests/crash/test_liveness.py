@@ -85,8 +85,8 @@ def test_started_jobs_are_lost_with_their_worker_and_accepted_ones_wait(
     try:
         for run_id in ("started", "accepted"):
             store.ensure_run(run_id)
-            number = store.add_revision(run_id, "src", "d")
-            store.accept_job(f"job-{run_id}", run_id, number, {"job_id": f"job-{run_id}"})
+            store.add_revision(run_id, "src", "d", job=lambda number, run_id=run_id: (
+                f"job-{run_id}", {"job_id": f"job-{run_id}"}))
         assert store.start_revision("started", 1, owner=_dead_owner(), job_id="job-started",
                                     event="sandbox starting", admit=lambda slots: True)
         lost = sweep_revisions(store, 30.0)
@@ -108,8 +108,7 @@ def test_a_started_job_is_resumed_once_and_its_older_deliveries_are_stale(
     store = SqlStore.open(f"sqlite:///{tmp_path / 'r.db'}")
     try:
         store.ensure_run("r")
-        store.add_revision("r", "src", "d")
-        store.accept_job("job", "r", 1, {"job_id": "job"})
+        store.add_revision("r", "src", "d", job=lambda number: ("job", {"job_id": "job"}))
         assert store.start_revision("r", 1, owner=_dead_owner(), job_id="job",
                                     event="sandbox starting", admit=lambda slots: True)
         seen = store.get_job("job")
@@ -129,9 +128,15 @@ def test_a_started_job_is_resumed_once_and_its_older_deliveries_are_stale(
                                     event="sandbox starting", admit=lambda slots: True)
         assert store.get_job("job").status == "started"
         # A parked job is not started by any delivery: its wake queues the next resume.
+        # Only the current start may fail the revision (a crash loop's give-up, a broken
+        # sandbox job): an older copy writes nothing.
+        assert not store.fail_job_revision("job", 0, "gave up", {"error": None})
+        assert store.get_revision("r", 1).status == "running"
         assert store.park_job("job")
         assert store.start_revision("r", 1, owner=current_owner(), job_id="job", resumes=1,
                                     event="sandbox starting", admit=lambda slots: True) is None
+        assert not store.fail_job_revision("job", 1, "gave up", {"error": None})  # parked
+        assert [e.kind for e in store.list_events("r")].count("sandbox_failed") == 0
     finally:
         store.close()
 

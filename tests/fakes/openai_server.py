@@ -58,6 +58,7 @@ class RecordedRequest:
     path: str
     headers: dict[str, str]
     body: Any
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
 
 @dataclass

@@ -102,7 +102,7 @@ def _revise(stack: FaultStack, home: Path, *argv: str, timeout: float = 180,
     """A ``revise`` command from another place (its own REVISE_HOME), the stack's
     settings."""
     home.mkdir(parents=True, exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=home,
+    return subprocess.run([sys.executable, "-m", "workers.cli", *argv], cwd=home,
                           env={**stack.env, "REVISE_HOME": str(home), **(env or {})},
                           capture_output=True, text=True, timeout=timeout)
 
@@ -460,7 +460,7 @@ def _start_client(stack: FaultStack, home: Path, run_id: str, timeout: float
     (home / "args.json").write_text(json.dumps(
         {"shots": [f"{run_id} shot {k}" for k in range(4)]}), encoding="utf-8")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "orchestrator.cli", "submit", "fanout.py", "--run-id", run_id,
+        [sys.executable, "-m", "workers.cli", "submit", "fanout.py", "--run-id", run_id,
          "--args", "args.json", "--wait", "--timeout", str(timeout), "--json"], cwd=home,
         env={**stack.env, "REVISE_HOME": str(home), "PYTHONPATH": str(ROOT)},
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

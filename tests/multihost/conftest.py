@@ -43,7 +43,7 @@ def revise(stack: Stack, home: Path, *argv: str, code: int = 0, timeout: float =
     """A `revise` command from a third place: its own REVISE_HOME, the stack's settings."""
     home.mkdir(parents=True, exist_ok=True)
     env = {**stack.env, "REVISE_HOME": str(home)}
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv], cwd=home,
+    done = subprocess.run([sys.executable, "-m", "workers.cli", *argv], cwd=home,
                           env=env, capture_output=True, text=True, timeout=timeout)
     assert done.returncode == code, done.stdout + done.stderr
     return json.loads(done.stdout)

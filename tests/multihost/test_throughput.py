@@ -1,8 +1,8 @@
 """Calls/s with broker workers split across the two "hosts" against both on one host.
 
 A measurement printed into the test output (run with ``-s``), the figure the issue
-asks for: capability tasks straight to the broker queue, as ``bench/celery_latency.py``
-sends them, two broker worker processes (-c 8) either both on host B or one on each
+asks for: claimed calls straight to the broker queue, as a sandbox job sends them,
+two broker worker processes (-c 8) either both on host B or one on each
 host. The assertions hold what must be true whatever the numbers: every call runs
 once, on the host whose worker took it.
 """
@@ -14,10 +14,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker.calls import CallReport, CallRequest, Outcome
+from broker.calls import CallRequest
 from broker.catalog import CATALOG
+from broker.claim import Claimer
 from broker.envelope import Envelope
 from broker.identity import Identity, call_digest
+from broker.records import AttemptStatus
 from workers.routing import CAPABILITY_TASK
 
 from .conftest import HOST_A, HOST_B, provider_log, share_object_store
@@ -29,25 +31,35 @@ LATENCY = "0.02"  # seconds of simulated provider time per call
 
 
 def _calls_per_second(stack, run_id: str) -> float:
+    """Calls claimed as a sandbox job claims them, executed by the broker workers from
+    their attempt ids; done when their slots are committed."""
     stack.store.ensure_run(run_id)
     revision = stack.store.add_revision(run_id, "# throughput", "digest")
     app, queue = stack.client.app, stack.client.app.routing.queue("capabilities")
-    envelope = Envelope().model_dump(mode="json")
+    claimer = Claimer(store=stack.store, envelope=Envelope(), settings=stack.settings)
 
-    def call(n: int) -> CallReport:
+    def call(n: int) -> None:
         payload = CATALOG["text.generate"].normalize({"prompt": f"throughput {n}"})
         request = CallRequest(run_id, revision, Identity("orchestrate/for0/#0", (), n),
                               "text.generate", payload, call_digest(payload), "fp")
-        sent = app.send_task(CAPABILITY_TASK, args=[[request.to_wire()], envelope],
-                             queue=queue)
-        return CallReport.from_wire(sent.get(timeout=120)["reports"][0])
+        (decided,) = claimer.claim([request])
+        assert decided.claimed is not None
+        app.send_task(CAPABILITY_TASK, args=[{"run_id": run_id, "revision": revision,
+                                              "attempts": [decided.claimed.attempt.id]}],
+                      queue=queue)
+        deadline = time.monotonic() + 120
+        while stack.store.get_slot(run_id, request.identity) is None:
+            assert time.monotonic() < deadline, f"call {n} was not committed"
+            time.sleep(0.02)
 
     call(10_000)  # warm both the store and the queue once
     started = time.perf_counter()
     with ThreadPoolExecutor(32) as pool:
-        reports = list(pool.map(call, range(CALLS)))
+        list(pool.map(call, range(CALLS)))
     rate = CALLS / (time.perf_counter() - started)
-    assert all(r.outcome is Outcome.EXECUTED for r in reports)
+    attempts = stack.store.list_attempts(run_id)
+    assert len(attempts) == CALLS + 1
+    assert all(a.status is AttemptStatus.SUCCEEDED for a in attempts)
     return rate
 
 

@@ -79,8 +79,10 @@ def test_a_broker_worker_killed_on_host_b_is_recovered_by_the_lease(make_stack, 
     stack.wait_ready(60)
 
     handle = stack.client.submit(script("crash_seq"), {}, Envelope(), "run-crash")
-    pending = wait_for(lambda: stack.store.list_attempts(
-        "run-crash", frozenset({AttemptStatus.PENDING})), 60, "the durable attempt")
+    # Claimed on host A (the sandbox job asks), then taken by host B as its request leaves.
+    pending = wait_for(lambda: [a for a in stack.store.list_attempts(
+        "run-crash", frozenset({AttemptStatus.PENDING})) if a.sent_at is not None], 60,
+        "the attempt taken by host B's broker worker")
     owner = pending[0].owner
     assert owner.split(":")[1] == HOST_B
     assert owner_alive(owner) is None, "host B's owner must not be judged from elsewhere"

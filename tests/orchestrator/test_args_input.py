@@ -22,7 +22,7 @@ REDIS_DB = os.environ.get("REVISE_TEST_REDIS_DB", "15")
 def _revise(tmp_path: Path, *argv: str, code: int = 2) -> str:
     env = {**os.environ, "REVISE_HOME": str(tmp_path / "home"), "REVISE_SANDBOX": "process",
            "REVISE_REDIS_URL": f"redis://127.0.0.1:6379/{REDIS_DB}", "COLUMNS": "400"}
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv],
+    done = subprocess.run([sys.executable, "-m", "workers.cli", *argv],
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
     assert done.returncode == code, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr

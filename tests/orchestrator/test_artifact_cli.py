@@ -22,7 +22,7 @@ SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
 
 def _revise(home: Path, env: dict[str, str], *argv: str, code: int = 0) -> Any:
     home.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv],
+    done = subprocess.run([sys.executable, "-m", "workers.cli", *argv],
                           capture_output=True, text=True, cwd=home, timeout=120,
                           env={**os.environ, "REVISE_HOME": str(home),
                                "REVISE_SANDBOX": "process", **env})

@@ -133,7 +133,7 @@ def test_author_over_http() -> None:
 
 
 def test_revise_author_cli(tmp_path: Path) -> None:
-    from orchestrator.cli import app
+    from workers.cli import app
 
     recorded = tmp_path / "author.jsonl"
     recorded.write_text(json.dumps({"purpose": "author", "output": fenced(BAD)}) + "\n"
@@ -154,7 +154,7 @@ def test_revise_author_cli(tmp_path: Path) -> None:
 
 
 def test_revise_author_never_writes_an_invalid_script_to_out(tmp_path: Path) -> None:
-    from orchestrator.cli import app
+    from workers.cli import app
 
     recorded = tmp_path / "author.jsonl"
     recorded.write_text(json.dumps({"purpose": "author", "output": fenced(BAD)}) + "\n")
@@ -175,9 +175,9 @@ def test_revise_author_never_writes_an_invalid_script_to_out(tmp_path: Path) -> 
 
 
 def test_revise_author_endpoint_failure_exit_code(tmp_path: Path) -> None:
-    from orchestrator.cli import app
     from orchestrator.cli_common import EXIT_MODEL_UNAVAILABLE
     from tests.fakes.openai_server import CHAT, error
+    from workers.cli import app
 
     with ModelServer([]) as server:
         server.queue(CHAT, error(502), error(502))

@@ -206,6 +206,24 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "rjust-keyword": (_script('return "a".rjust(width=10 ** 9)\n'), "R00"),
     "zfill-huge": (_script('return "1".zfill(999999999)\n'), "R00"),
     "expandtabs-keyword": (_script('return "\\t".expandtabs(tabsize=10 ** 9)\n'), "R00"),
+    # repetition counts, exponents, shifts and range sizes from data (issue 28.5)
+    "repeat-string-by-args": (_script('return "x" * args["n"]\n'), "R00"),
+    "repeat-list-by-args": (_script('return [0] * int(args["n"])\n'), "R00"),
+    "repeat-count-first": (_script('n = args["n"]\nreturn n * "ab"\n'), "R00"),
+    "repeat-augmented": (_script('s = "x"\ns *= args["n"]\nreturn s\n'), "R00"),
+    "repeat-by-unbounded-len": (_script('w = len(args["xs"])\nreturn "=" * w\n'), "R00"),
+    "repeat-of-two-unknowns": (_script('return args["a"] * args["b"]\n'), "R00"),
+    "repeat-through-helper": (_script('return pad("x", args["n"])\n',
+                                      before="def pad(s, n):\n    return s * n\n\n\n"),
+                              "R00"),
+    "power-by-args": (_script('return str(2 ** args["n"])[:5]\n'), "R00"),
+    "power-augmented": (_script('x = 3\nx **= int(args["n"])\nreturn x\n'), "R00"),
+    "shift-by-args": (_script('return 1 << args["n"]\n'), "R00"),
+    "shift-augmented": (_script('x = 1\nx <<= len(args["xs"])\nreturn x\n'), "R00"),
+    "range-materialised": (_script('return len(list(range(args["n"])))\n'), "R00"),
+    "range-sorted": (_script('return sorted(range(int(args["n"])))[:3]\n'), "R00"),
+    "range-unpacked": (_script('return [*range(args["n"])][:3]\n'), "R00"),
+    "range-past-the-loop-bound": (_script("return tuple(range(10 ** 6))[:3]\n"), "R00"),
     "str-of-function": (_with_helper("return str(helper)\n"), "R04"),
     "fstring-of-function": (_with_helper('return f"{helper}"\n'), "R04"),
     "str-of-coroutine": (_with_helper("c = helper()\ns = str(c)\nawait c\nreturn s\n"),
@@ -317,6 +335,17 @@ LEGITIMATE: dict[str, str] = {
         'name = args["name"]\n'
         'return [name.upper(), name.replace("a", "b"), name.split(","), '
         'name.startswith("x"), "-".join(name.splitlines()), name.zfill(4)]\n'),
+    "bounded-repetition-and-powers": _script(
+        'shots = args["shots"][:8]\nslots = [None] * len(shots)\nline = "-" * 40\n'
+        'half = args["w"] * 0.5\nscaled = float(args["w"]) * args["k"]\n'
+        'twice = args["tag"] * 2\nbits = [2 ** i for i in range(10)]\n'
+        'masks = [1 << i for i in range(8)]\nroot = args["v"] ** 0.5\n'
+        'ids = list(range(len(shots)))\nn = min(int(args["n"]), 50)\n'
+        'pad = "." * n\nreturn [slots, line, half, scaled, twice, bits, masks, root, ids, '
+        "pad]\n"),
+    "numbers-times-numbers": _script(
+        'a = int(args["a"])\nb = float(args["b"])\nx = a * b\nx *= 2\n'
+        'y = len(args["xs"]) * a\nreturn [x, y, a ** 2, a << 3]\n'),
     "helper-mutates-local-list": _script(
         "acc = []\nfill(acc)\nreturn acc\n",
         before="def fill(acc):\n    acc.append(1)\n    return acc\n\n\n"),

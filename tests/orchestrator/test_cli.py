@@ -21,7 +21,7 @@ def revise(tmp_path: Path):
            "COLUMNS": "200"}
 
     def call(*argv: str, code: int | None = 0) -> tuple[int, Any, str]:
-        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv],
+        done = subprocess.run([sys.executable, "-m", "workers.cli", *argv],
                               capture_output=True, text=True, env=env, cwd=tmp_path,
                               timeout=120)
         if code is not None:
@@ -157,3 +157,16 @@ def test_attempts_and_reconcile_commands(revise) -> None:
     _, out, _ = revise("reconcile", "R", "orchestrate/#0@:0", "--abandon", "--operator", "ana",
                        "--reason", "test", "--json", code=2)
     assert "no attempt" in out["error"]["message"]
+
+
+def test_sandbox_build_without_a_docker_engine_names_the_process_sandbox(tmp_path: Path
+                                                                         ) -> None:
+    """One line that says what to do instead, and nothing installed on the host."""
+    env = {**os.environ, "REVISE_HOME": str(tmp_path / "home"),
+           "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "sandbox", "build"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: no Docker engine answers") and line.endswith(
+        "or set REVISE_SANDBOX=process"), line

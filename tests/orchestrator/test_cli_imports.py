@@ -17,7 +17,7 @@ def test_help_loads_none_of_the_heavy_modules() -> None:
     probe = ("import runpy, sys\n"
              "sys.argv = ['revise', '--help']\n"
              "try:\n"
-             "    runpy.run_module('orchestrator.cli', run_name='__main__')\n"
+             "    runpy.run_module('workers.cli', run_name='__main__')\n"
              "except SystemExit:\n"
              "    pass\n"
              "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n")

@@ -51,7 +51,7 @@ def revise(sandbox_dirs: dict[str, Path]):
            "REVISE_CELERY_QUEUE_PREFIX": f"names-{uuid.uuid4().hex[:8]}-"}
 
     def call(*argv: str) -> tuple[int, Any, str]:
-        done = subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv],
+        done = subprocess.run([sys.executable, "-m", "workers.cli", *argv],
                               capture_output=True, text=True, env=env,
                               cwd=sandbox_dirs["cwd"], timeout=120)
         assert "Traceback" not in done.stderr + done.stdout, done.stderr
@@ -129,7 +129,7 @@ def test_a_valid_run_id_still_runs(revise, sandbox_dirs) -> None:
 def test_a_nul_byte_in_a_run_id_is_refused(sandbox_dirs, monkeypatch) -> None:
     # A process cannot receive a NUL in argv (execve refuses it), so this one runs the
     # same typer app in-process, the way a wrapper that builds argv itself would.
-    from orchestrator.cli import app
+    from workers.cli import app
 
     monkeypatch.setenv("REVISE_HOME", str(sandbox_dirs["home"]))
     monkeypatch.chdir(sandbox_dirs["cwd"])

@@ -19,13 +19,14 @@ from pathlib import Path
 import pytest
 
 from broker.identity import Identity
-from broker.records import AttemptStatus, RunStatus
+from broker.records import RunStatus
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from orchestrator.html_report import render_html
 from orchestrator.inspect import report_view
 from sandbox.runner import ProcessRunner
 from tests.conftest import _missing_service
+from tests.rows import left_unresolved
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "tests" / "fixtures" / "scripts"
@@ -45,10 +46,8 @@ def home(tmp_path: Path) -> Path:
         pipeline = services.pipeline()
         for name in ("fanout_v1", "fanout_edited", "fanout_repaired"):
             pipeline.run("R", (SCRIPTS / f"{name}.py").read_text(), ARGS, Envelope())
-        claim = services.store.claim_attempt("R", LOST, "image.generate", "d" * 64, 3,
-                                             "elsewhere:1:1:1", None)
-        services.store.resolve_attempt(claim.attempt.id, AttemptStatus.UNRESOLVED,
-                                       operator="reconciler", reason="owner process is gone")
+        left_unresolved(services.store, "R", LOST, capability="image.generate",
+                        digest="d" * 64, revision=3)
         services.store.set_run_status("R", RunStatus.BLOCKED, f"blocked: unresolved attempt at "
                                       f"{LOST}")
     finally:
@@ -58,7 +57,7 @@ def home(tmp_path: Path) -> Path:
 
 def _page(home: Path, tmp_path: Path) -> Path:
     page = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "report", "R", "--html",
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "report", "R", "--html",
                            str(page)], capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "REVISE_HOME": str(home),
                                "REVISE_SANDBOX": "process"}, timeout=120)
@@ -169,7 +168,7 @@ def test_chromium_renders_what_an_operator_needs(home: Path, tmp_path: Path) -> 
 
 
 def test_report_json_carries_the_same_view(home: Path, tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "report", "R", "--json"],
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "report", "R", "--json"],
                           capture_output=True, text=True, cwd=tmp_path,
                           env={**os.environ, "REVISE_HOME": str(home)}, timeout=120)
     assert done.returncode == 0, done.stderr

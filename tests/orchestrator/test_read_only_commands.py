@@ -14,7 +14,7 @@ from broker.migrations import current_revision, head_revision, upgrade
 
 
 def _revise(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", *argv],
+    return subprocess.run([sys.executable, "-m", "workers.cli", *argv],
                           capture_output=True, text=True, timeout=60,
                           env={**os.environ, "REVISE_HOME": str(home), "COLUMNS": "200"})
 

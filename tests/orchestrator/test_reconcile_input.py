@@ -14,11 +14,11 @@ import pytest
 from broker.artifacts import MemoryArtifactStore, artifact_id
 from broker.errors import InputError
 from broker.identity import Identity
-from broker.records import AttemptStatus
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from orchestrator.reconcile_input import Imported, check_write_back
 from sandbox.runner import ProcessRunner
+from tests.rows import left_unresolved
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n" + b"operator's copy of the provider's image"
@@ -79,17 +79,15 @@ def home(tmp_path: Path) -> Path:
     try:
         script = (ROOT / "tests" / "fixtures" / "scripts" / "payload_v1.py").read_text()
         services.pipeline().run("R", script, {}, Envelope())
-        claim = services.store.claim_attempt("R", LOST, "image.generate", "d" * 64, 1,
-                                             "elsewhere:1:1:1", None)
-        services.store.resolve_attempt(claim.attempt.id, AttemptStatus.UNRESOLVED,
-                                       operator="reconciler", reason="owner process is gone")
+        left_unresolved(services.store, "R", LOST, capability="image.generate",
+                        digest="d" * 64, revision=1)
     finally:
         services.close()
     return settings.home
 
 
 def _reconcile(home: Path, *argv: str) -> tuple[int, dict]:
-    done = subprocess.run([sys.executable, "-m", "orchestrator.cli", "reconcile", "R",
+    done = subprocess.run([sys.executable, "-m", "workers.cli", "reconcile", "R",
                            str(LOST), *argv, "--operator", "ana", "--reason", "console",
                            "--json"], capture_output=True, text=True, cwd=home.parent,
                           env={**os.environ, "REVISE_HOME": str(home)}, timeout=120)
@@ -118,3 +116,13 @@ def test_the_cli_refuses_a_made_up_artifact_and_imports_a_real_one(home: Path,
         assert services.store.get_slot("R", LOST) is not None
     finally:
         services.close()
+
+
+def test_a_deeply_nested_result_file_is_one_error_line(tmp_path: Path) -> None:
+    """`--result` of a file nested 100,000 deep: one line naming the file, no traceback."""
+    from orchestrator.cli_common import read_result
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(InputError, match=r"result file .*deep\.json nests too deeply"):
+        read_result(deep)

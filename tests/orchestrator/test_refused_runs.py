@@ -36,3 +36,22 @@ def test_a_refused_first_revision_and_a_refused_repair_stop_their_run(tmp_path: 
         assert services.store.get_run("gated").status is RunStatus.STOPPED
     finally:
         services.close()
+
+
+def test_a_sandbox_that_cannot_start_ends_its_revision_and_run(tmp_path: Path) -> None:
+    """A launch failure (here: no bubblewrap where the settings point) used to escape the
+    session and leave the revision and the run `running`; it now ends them `stopped`."""
+    from sandbox.process_profile import ProcessSettings
+
+    runner = ProcessRunner(settings=ProcessSettings(bwrap=tmp_path / "no-such-bwrap"))
+    services = open_services(settings_for(tmp_path), runner=runner)
+    try:
+        report = services.pipeline().run("unstarted", V1, {}, Envelope()).to_json()
+        assert report["status"] == "stopped", report
+        assert report["error"]["type"] == "SandboxUnavailable"
+        assert report["calls"]["executed"] == 0
+        assert services.store.get_run("unstarted").status is RunStatus.STOPPED
+        (revision,) = services.store.list_revisions("unstarted")
+        assert revision.status == "stopped"
+    finally:
+        services.close()

@@ -230,7 +230,7 @@ def test_a_gate_refused_revision_is_skipped_when_loading(tmp_path: Path) -> None
 # ---- end to end: fail, `revise repair --execute`, replay ---------------------------------------
 
 def test_revise_repair_execute_replays_three_and_executes_one(tmp_path: Path) -> None:
-    from orchestrator.cli import app
+    from workers.cli import app
 
     home = tmp_path / "home"
     services = open_home(home)
@@ -261,7 +261,7 @@ def test_revise_repair_execute_replays_three_and_executes_one(tmp_path: Path) ->
 
 
 def test_revise_repair_reports_config_errors_without_traceback(tmp_path: Path) -> None:
-    from orchestrator.cli import app
+    from workers.cli import app
 
     result = CliRunner().invoke(
         app, ["repair", "--run-id", "x", "--model", "gpt-x", "--json"],

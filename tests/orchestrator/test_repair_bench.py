@@ -25,7 +25,10 @@ def test_bench_reports_rounds_and_spend_with_runtime_feedback_on_and_off(
     on, off = data["summary"]["runtime_feedback_on"], data["summary"]["runtime_feedback_off"]
     assert (on["successes"], on["rounds_per_success"]) == (1, 2.0)
     assert (off["successes"], off["rounds_per_success"]) == (0, None)
-    assert on["spend_per_episode"] == 0.1 and off["spend_per_episode"] == 0.08
+    # The first run pays three shots; the fourth, refused by the provider, costs nothing.
+    assert on["spend_per_episode"] == 0.08 and off["spend_per_episode"] == 0.06
     episodes = {e["mode"]: e for e in data["episodes"]}
+    assert episodes["on"]["first_spend"] == episodes["off"]["first_spend"] == 0.06
     assert episodes["on"]["stages"] == ["runtime", "succeeded"]
     assert episodes["on"]["round_spend"] == [0, 0.02]
+    assert on["spend_per_episode"] == 0.08 and off["spend_per_episode"] == 0.06

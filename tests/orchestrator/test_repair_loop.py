@@ -18,7 +18,6 @@ from broker.catalog import CATALOG
 from broker.envelope import Budget, Envelope
 from broker.providers import ProviderLog
 from broker.settings import OrphanPolicy, SandboxKind, Settings
-from orchestrator.cli import app
 from orchestrator.cli_common import (
     EXIT_CANDIDATE_FAILED,
     EXIT_MODEL_UNAVAILABLE,
@@ -32,6 +31,7 @@ from orchestrator.repair_context import load_context
 from orchestrator.repair_prompt import request_message
 from tests.fakes.model_server import FAKE_API_KEY, ModelServer
 from tests.fakes.openai_server import CHAT, error, slow
+from workers.cli import app
 
 SHOTS = {"shots": ["a lighthouse", "waves", "a gull", "fog"]}
 
@@ -335,7 +335,7 @@ def test_repair_exit_code_when_the_candidate_ran_and_failed(tmp_path: Path) -> N
     assert result.exit_code == EXIT_CANDIDATE_FAILED, result.output
     data = json.loads(result.stdout)
     assert data["outcome"] == "failed" and data["run"]["error"]["type"] == "CapabilityError"
-    assert data["attempts"][0]["spend"] == 0.02
+    assert data["attempts"][0]["spend"] == 0.0  # the provider refused it: not charged
 
 
 def test_repair_exit_code_when_the_endpoint_fails(tmp_path: Path) -> None:

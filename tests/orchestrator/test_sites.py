@@ -230,12 +230,79 @@ async def orchestrate(ctx, args):
     async def stage(x):
         return await ctx.run("text.generate", {"prompt": x})
 
+    async def run_all(stages):
+        return await ctx.pipeline(stages, "x")
+
     while True:
         await ctx.run("image.generate", {"prompt": "w"})
         break
     for p in args["prompts"]:
         await ctx.run("image.generate", {"prompt": p})
-    return await ctx.pipeline([stage], ["a", "b"])
+    return await run_all([stage])
 '''
     bounds = {s.site: s.max_calls for s in annotate(source).sites}
     assert set(bounds.values()) == {None}, bounds
+
+
+def test_a_handed_over_helper_runs_once_per_stage_or_node() -> None:
+    """A stage or dag node function named in place runs once each time its fanout runs."""
+    from orchestrator.annotate import annotate
+
+    source = '''
+async def orchestrate(ctx, args):
+    async def stage(x):
+        return await ctx.run("text.generate", {"prompt": "s"})
+
+    async def node(inputs):
+        for i in range(3):
+            await ctx.run("image.generate", {"prompt": str(i)})
+        return 1
+
+    for k in range(2):
+        await ctx.pipeline([stage, stage], "x")
+    return await ctx.dag({"a": (node, []), "b": (node, ["a"])})
+'''
+    bounds = {s.site: s.max_calls for s in annotate(source).sites}
+    assert bounds == {"orchestrate.stage/#0": 4, "orchestrate.node/for0/#0": 6}, bounds
+
+
+def test_a_site_longer_than_site_chars_is_refused_at_annotation() -> None:
+    """A site's name must fit the host's limit on a frame's ``site`` (LIMITS site_chars):
+    a chain of helper calls longer than that is refused before any sandbox starts."""
+    import pytest
+
+    from broker.errors import AnnotationError
+    from orchestrator.annotate import annotate
+    from sandbox.language import LIMITS
+
+    levels = LIMITS["site_chars"] // len(">h000_helper_with_a_long_name/#0") + 2
+    lines = []
+    for i in range(levels):
+        inner = (f"await h{i + 1:03}_helper_with_a_long_name(ctx)" if i + 1 < levels else
+                 'await ctx.run("text.generate", {"prompt": "deep"})')
+        lines += [f"async def h{i:03}_helper_with_a_long_name(ctx):", f"    return {inner}"]
+    lines += ["async def orchestrate(ctx, args):",
+              "    return await h000_helper_with_a_long_name(ctx)"]
+    with pytest.raises(AnnotationError, match="site_chars"):
+        annotate("\n".join(lines) + "\n")
+
+
+def test_sites_travel_with_their_paths() -> None:
+    """``Admission.to_wire``/``from_wire`` (the sandbox job) keep each site's shapes."""
+    import json
+
+    from orchestrator.admission import Admission
+    from orchestrator.annotate import annotate
+    from orchestrator.gate import GateResult
+
+    source = '''
+async def orchestrate(ctx, args):
+    async def gen(p):
+        return await ctx.run("image.generate", {"prompt": p})
+
+    return await ctx.race([gen(p) for p in ["a", "b", "c"]])
+'''
+    annotated = annotate(source)
+    admission = Admission(annotated.text, annotated.sites, GateResult(accepted=True))
+    again = Admission.from_wire(json.loads(json.dumps(admission.to_wire())))
+    assert again.sites == annotated.sites

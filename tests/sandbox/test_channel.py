@@ -22,7 +22,7 @@ from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.child import ChildSandbox
 from sandbox.job import SandboxJob, open_rpc_dir
-from sandbox.runner import Launched
+from sandbox.launch import Launched
 
 SCRIPT = '''async def orchestrate(ctx, args):
     return await ctx.run("text.generate", {"prompt": "hello"})
@@ -181,3 +181,29 @@ def test_a_well_behaved_probe_gets_its_answer(probe_run) -> None:
         ''', paid=1)
     assert report["status"] == "succeeded", report["error"]
     assert report["calls"]["executed"] == 1
+
+
+def test_an_interrupt_wakes_a_receive_at_once(tmp_path: Path) -> None:
+    """The run stopped (another thread latched it): the session thread waiting on its
+    sandbox returns at once instead of at its next idle look."""
+    import socket
+    import threading
+
+    from sandbox.channel import Channel
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(tmp_path / "s.sock"))
+    listener.listen(1)
+    peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    peer.connect(str(tmp_path / "s.sock"))
+    channel = Channel(listener, deadline=time.monotonic() + 60, message_bytes=1 << 20)
+    try:
+        assert channel.accept(5)
+        threading.Timer(0.2, channel.interrupt).start()
+        started = time.monotonic()
+        assert channel.receive(30) is None
+        assert time.monotonic() - started < 10  # woken, not timed out
+        assert channel.receive(0.3) is None  # the wake was used up: a quiet wait again
+    finally:
+        peer.close()
+        channel.close()

@@ -24,6 +24,7 @@ from sandbox.docker_runner import DockerRunner, remove_stale_containers
 from sandbox.image import pin_path, read_pin, verify_image
 from sandbox.job import runtime_command
 from sandbox.profile import LABEL_OWNER, LABEL_SANDBOX
+from tests.acceptance.probes import RPC_DIR_READ_ONLY
 
 pytestmark = pytest.mark.docker
 
@@ -176,20 +177,14 @@ def test_tmpfs_is_small_noexec_and_the_only_scratch(run_probe):
 
 def test_rpc_dir_is_read_only_and_its_socket_connectable(docker_client, sandbox_settings,
                                                          rpc_dirs):
-    code = _probe("""
+    code = _probe(textwrap.dedent("""
         import socket, struct
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         s.connect("/rpc/rpc.sock")
         body = json.dumps({"t": "hello", "uid": os.getuid()}).encode()
         s.sendall(struct.pack(">I", len(body)) + body)
         out["reply"] = s.recv(100).decode()
-        out["listing"] = sorted(os.listdir("/rpc"))
-        try:
-            open("/rpc/planted", "w").close()
-            out["write"] = "written"
-        except OSError as exc:
-            out["write"] = exc.errno
-    """)
+    """) + RPC_DIR_READ_ONLY)
     runner = DockerRunner(sandbox_settings, client=docker_client,
                           command=("python3", "-I", "-S", "-B", "-c", code))
     launched = runner.launch("rpc-test", rpc_dirs(), SandboxLimits())

@@ -9,7 +9,9 @@ import pytest
 
 from broker.envelope import Envelope, SandboxLimits
 from broker.providers import ProviderLog
-from sandbox.acceptance_pipeline import run_unchecked, script
+
+from .attacks.corpus import script
+from .attacks.harness import run_unchecked
 
 
 @pytest.fixture

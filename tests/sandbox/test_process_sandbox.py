@@ -22,6 +22,7 @@ from broker.errors import SandboxUnavailable
 from sandbox.job import remove_rpc_dir
 from sandbox.process_profile import ProcessSettings
 from sandbox.runner import ProcessRunner
+from tests.acceptance.probes import FORK_BOMB
 
 
 def _probe(body: str) -> str:
@@ -217,19 +218,8 @@ def test_writes_only_in_tmp(run_process_probe, tmp_path):
 
 
 def test_fork_bomb_hits_the_pids_limit(run_process_probe):
-    code, output, _ = run_process_probe(_probe("""
-        import time
-        made = 0
-        try:
-            for _ in range(300):
-                if os.fork() == 0:
-                    time.sleep(5)
-                    os._exit(0)
-                made += 1
-        except OSError as exc:
-            out["error"] = exc.errno
-        out["made"] = made
-    """), SandboxLimits(pids=48), timeout=60)
+    code, output, _ = run_process_probe(_probe(FORK_BOMB), SandboxLimits(pids=48),
+                                        timeout=60)
     result = _result(output)
     assert code == 0, output
     assert result["made"] < 48 and result["error"] == 11  # EAGAIN

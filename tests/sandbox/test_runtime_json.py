@@ -73,12 +73,14 @@ def test_loads_allows_surrounding_whitespace_and_json_constants() -> None:
 
 
 def test_the_runtime_starts_without_the_json_re_enum_and_socket_packages() -> None:
-    """What starting the runtime imports, in the sandbox's own interpreter flags."""
-    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import sandbox.runtime as r; "
+    """What starting the runtime imports, in the sandbox's own interpreter flags, run as
+    the sandbox runs it: the file beside ``language.py``, not the host's package."""
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); import runtime as r; "
              "r.dumps({'a': [1]}); r.loads(b'[1]'); "
              "print(sorted(m for m in ('json', 're', 'enum', 'socket', 'collections', "
              "'functools', 'struct') if m in sys.modules))")
-    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", probe, str(ROOT)],
+    done = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", probe,
+                           str(ROOT / "sandbox")],
                           capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]", done.stdout
 

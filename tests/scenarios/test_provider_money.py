@@ -145,6 +145,32 @@ def test_a_rate_limited_request_waits_its_retry_after_and_pays_once(make_harness
         assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 2
 
 
+FOUR = _s('''
+    async def orchestrate(ctx, args):
+        async def shot(i):
+            return await ctx.run("image.generate", {"prompt": "shot " + str(i)})
+
+        images = await ctx.parallel([shot(i) for i in range(4)])
+        return [image["artifact"]["id"] for image in images]
+''')
+
+
+def test_a_rate_limit_holds_back_every_request_of_the_process(make_harness) -> None:
+    """Two requests in flight at once (REVISE_PROVIDER_CONCURRENCY=2); the first is
+    answered 429 with Retry-After 2: nothing more leaves the process for that provider
+    before the 2 s have passed (the other request in flight finishes), then every call
+    is paid once."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, rate_limited(2))
+        harness = _harness(make_harness, server, provider_concurrency=2)
+        report = harness.pipeline.run("run-1", FOUR, {}, Envelope(concurrency=4)).to_json()
+        assert report["status"] == "succeeded", report["error"]
+        assert server.charged() == 4
+        limited, *rest = server.requests_to(IMAGES)
+        held_back = [r for r in rest if r.at > limited.at + 0.1]  # not already in flight
+        assert len(held_back) == 3 and all(r.at >= limited.at + 1.9 for r in held_back)
+
+
 def test_a_refused_request_is_free_and_may_be_asked_again(make_harness) -> None:
     with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
         server.queue(IMAGES, reject(400, "the prompt was refused"))

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from broker.envelope import Envelope
 from broker.providers import ProviderLog
 from broker.settings import Settings
 from sandbox.runner import kill_processes_mentioning
@@ -74,13 +75,13 @@ class Stack:
         self.env = {
             **os.environ, "PYTHONPATH": str(ROOT), "REVISE_HOME": str(tmp_path / "home"),
             "REVISE_DATABASE_URL": database_url, "REVISE_REDIS_URL": redis_url,
-            "REVISE_LEDGER_BACKEND": "redis", "REVISE_SANDBOX": _sandbox_kind(),
+            "REVISE_SANDBOX": _sandbox_kind(),
             "REVISE_CELERY_QUEUE_PREFIX": self.prefix,
         }
         for key, value in queue.items():
             self.env[f"REVISE_CELERY_{key.upper()}"] = str(value)
         self.settings = Settings(home=tmp_path / "home", database_url=database_url,
-                                 redis_url=redis_url, ledger_backend="redis")
+                                 redis_url=redis_url)
         self.queue = WorkerSettings(queue_prefix=self.prefix, **queue)
         self.client = Client(self.settings, queue=self.queue)
         self.context = WorkerContext(self.settings, self.queue)
@@ -161,6 +162,19 @@ def make_stack(tmp_path: Path, postgres_url: str, redis_url: str) -> Iterator[An
     yield make
     for stack in stacks:
         stack.stop()
+
+
+def finished_run(make: Any, run_id: str) -> tuple[Stack, Any]:
+    """A whole stack (one sandbox slot) that ran ``crash_seq`` to success as ``run_id``,
+    and that revision's job."""
+    stack = make()
+    stack.worker("dispatch")
+    stack.worker("sandbox", pool="prefork", concurrency=1)
+    stack.worker("capabilities", concurrency=4)
+    stack.wait_ready(120)
+    report = stack.client.submit(script("crash_seq"), {}, Envelope(), run_id).wait(120)
+    assert report["status"] == "succeeded", report["error"]
+    return stack, stack.store.job_for_revision(run_id, 1)
 
 
 def as_host(host: str, command: list[str]) -> list[str]:

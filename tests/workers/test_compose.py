@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -33,13 +34,14 @@ def _compose_command() -> list[str] | None:
     return None
 
 
-def _config(*extra: str) -> subprocess.CompletedProcess[str]:
+def _config(*extra: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    """`compose config` in a clean environment: no REVISE_* but ``variables``."""
     command = _compose_command()
     if command is None:
         _missing_service("neither `docker compose` nor `docker-compose` is installed "
                          "(tests/run.sh installs docker-compose with apt)")
     assert command is not None
-    env = {**os.environ, "REVISE_FLOWER_AUTH": "admin:secret"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REVISE_")} | variables
     return subprocess.run([*command, "-f", str(ROOT / "compose.yaml"), "-p", "revise",
                            *extra, "config"], capture_output=True, text=True, env=env,
                           cwd=ROOT)
@@ -52,6 +54,29 @@ def test_compose_config_accepts_it(profile: list[str]) -> None:
     services = yaml.safe_load(result.stdout)["services"]
     assert {"redis", "postgres", "broker"} <= set(services)
     assert services.get("s3", {"profiles": ["s3"]})["profiles"] == ["s3"]  # only on request
+
+
+def test_flower_is_published_on_loopback_unless_told_and_then_with_its_auth() -> None:
+    flower = yaml.safe_load(_config().stdout)["services"]["flower"]
+    assert _published(flower) == ("127.0.0.1", "5555")
+    assert flower["environment"]["REVISE_FLOWER_AUTH"] == ""
+    assert flower["command"] == ["python", "-m", "workers.flower", "--in-container"]
+    shown = _config(REVISE_FLOWER_ADDRESS="0.0.0.0", REVISE_FLOWER_PORT="8555",
+                    REVISE_FLOWER_AUTH="ops:s3cret")
+    flower = yaml.safe_load(shown.stdout)["services"]["flower"]
+    assert _published(flower) == ("0.0.0.0", "8555")
+    assert flower["environment"]["REVISE_FLOWER_ADDRESS"] == "0.0.0.0"
+    assert flower["environment"]["REVISE_FLOWER_AUTH"] == "ops:s3cret"
+
+
+def _published(service: dict) -> tuple[str, str]:
+    """(host address, host port) of the service's one published port, in either form
+    `compose config` prints (long syntax from docker compose, short from 1.29)."""
+    (port,) = service["ports"]
+    if isinstance(port, dict):
+        return port["host_ip"], str(port["published"])
+    address, published, _ = str(port).rsplit(":", 2)
+    return address, published
 
 
 def test_the_broker_scales_against_shared_stores() -> None:
@@ -100,7 +125,6 @@ def test_sandbox_socket_replicas_and_shared_home(compose: dict) -> None:
         env = services[role]["environment"]
         assert env["REVISE_DATABASE_URL"].startswith("postgresql+psycopg://")
         assert env["REVISE_REDIS_URL"].startswith("redis://redis:")
-        assert env["REVISE_LEDGER_BACKEND"] == "redis"
         assert env["REVISE_ARTIFACT_STORE"] == "${REVISE_ARTIFACT_STORE:-database}"
         shared = any(v.endswith(":/var/lib/revise") for v in services[role]["volumes"])
         assert shared == (role != "broker"), role
@@ -116,6 +140,17 @@ def test_procfile_has_the_same_roles() -> None:
         # honcho numbers scaled copies (broker.1, broker.2): distinct workers in Flower
         assert f"-n ${{HONCHO_PROCESS_NAME:-{role}}}@%h" in procs[role]
     assert " -B " in procs["reconciler"]
+
+
+def test_the_procfile_names_every_setting_its_roles_read_and_loses_none() -> None:
+    """Each ``${REVISE_...}`` a role expands is in the header's list, and the recipe for an
+    unprivileged user hands every setting over whole (.env), not a list of names."""
+    text = (ROOT / "Procfile").read_text()
+    header = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+    body = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
+    expanded = set(re.findall(r"\$\{(REVISE_[A-Z_]+)", body))
+    assert expanded and expanded <= set(re.findall(r"REVISE_[A-Z_]+", header))
+    assert "--preserve-env" not in text and "sudo -u revise honcho start" in text
 
 
 def test_workers_never_run_as_root(compose: dict) -> None:

@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 
-from broker.calls import CallReport, CallRequest, Outcome
+from broker.calls import CallRequest
 from broker.catalog import CATALOG
+from broker.claim import Claimer
 from broker.envelope import Budget, Envelope
 from broker.identity import Identity, call_digest
 from broker.owner import pid_of
+from broker.records import AttemptStatus
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.runner import ProcessRunner
@@ -66,6 +68,9 @@ def test_core_scenario_through_the_queue_matches_embedded(make_stack, tmp_path) 
 
 
 def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -> None:
+    """A claimed call whose task is delivered ten times, to two broker workers at once:
+    taking the attempt as its request leaves is atomic, so the provider runs once and the
+    nine other copies find nothing to take."""
     stack = make_stack(local_latency=0.5)
     stack.worker("capabilities", concurrency=5, index=0)
     stack.worker("capabilities", concurrency=5, index=1)
@@ -75,31 +80,28 @@ def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -
     payload = CATALOG["image.generate"].normalize({"prompt": "one shot", "size": "512x512"})
     request = CallRequest("run-scale", revision, Identity("orchestrate/#0", (), 0),
                           "image.generate", payload, call_digest(payload), "fp")
+    claimer = Claimer(store=stack.store, envelope=Envelope(), settings=stack.settings)
+    (decided,) = claimer.claim([request])
+    assert decided.claimed is not None
+    calls = {"run_id": "run-scale", "revision": revision,
+             "attempts": [decided.claimed.attempt.id]}
     app, queue = stack.client.app, stack.client.app.routing.queue("capabilities")
-
-    def deliver(_: int):
-        return app.send_task(CAPABILITY_TASK, args=[[request.to_wire()],
-                                                    Envelope().model_dump(mode="json")],
-                             queue=queue)
-
     with ThreadPoolExecutor(10) as pool:
-        results = list(pool.map(deliver, range(10)))
-    reports = [CallReport.from_wire(r.get(timeout=30)["reports"][0]) for r in results]
+        list(pool.map(lambda _: app.send_task(CAPABILITY_TASK, args=[calls], queue=queue),
+                      range(10)))
+    stale = f"revise:{stack.prefix}stale-deliveries"
+    wait_for(lambda: int(stack.context.redis.get(stale) or 0) == 9, 60,
+             "nine copies that found nothing to take")
+    wait_for(lambda: stack.store.get_slot("run-scale", request.identity), 60, "the commit")
     assert len(stack.provider_log()) == 1
-    assert sum(r.attempted for r in reports) == 1
-    assert sorted(r.outcome for r in reports) == sorted(
-        [Outcome.EXECUTED] + [Outcome.REPLAYED] * 9)
-    assert len({str(r.result) for r in reports}) == 1
-    assert len({r.worker for r in results}) == 2  # both broker workers took deliveries
-
-    # A redelivery of an answered task (same task id) returns its stored answer.
-    again = app.send_task(CAPABILITY_TASK, args=[[request.to_wire()],
-                                                 Envelope().model_dump(mode="json")],
-                          queue=queue, task_id=results[0].id)
-    assert CallReport.from_wire(again.get(timeout=30)["reports"][0]).outcome is \
-        reports[0].outcome
+    (attempt,) = stack.store.list_attempts("run-scale")
+    assert attempt.status is AttemptStatus.SUCCEEDED and attempt.sent_at is not None
+    assert stack.store.get_slot("run-scale", request.identity).digest == request.digest
+    logs = [(stack.tmp_path / f"capabilities{n}.log").read_text() for n in (0, 1)]
+    assert all("revise.capability" in log for log in logs)  # both workers took copies
+    app.send_task(CAPABILITY_TASK, args=[calls], queue=queue)  # a redelivery, much later
+    wait_for(lambda: int(stack.context.redis.get(stale) or 0) == 10, 60, "the late copy")
     assert len(stack.provider_log()) == 1
-
 
 
 def test_sandbox_worker_killed_mid_job_replays_and_never_pays_twice(make_stack) -> None:

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from broker.owner import local_domain
-from workers.lease import JobLease, Released, Verdict, run_leased
+from workers.lease import JobLease, LeaseVerdict, Released, run_leased
 
 pytestmark = pytest.mark.redis
 
@@ -24,10 +24,10 @@ def lease(redis_url: str) -> JobLease:
 
 def test_first_delivery_runs_and_a_later_one_gets_the_stored_answer(lease: JobLease) -> None:
     grant = lease.begin("job-1")
-    assert (grant.verdict, grant.starts) == (Verdict.RUN, 1)
+    assert (grant.verdict, grant.starts) == (LeaseVerdict.RUN, 1)
     lease.finish(grant, {"status": "succeeded"})
     again = lease.begin("job-1")
-    assert (again.verdict, again.answer) == (Verdict.DONE, {"status": "succeeded"})
+    assert (again.verdict, again.answer) == (LeaseVerdict.DONE, {"status": "succeeded"})
 
 
 def test_a_delivery_while_a_live_holder_runs_is_a_duplicate(lease: JobLease) -> None:
@@ -36,7 +36,7 @@ def test_a_delivery_while_a_live_holder_runs_is_a_duplicate(lease: JobLease) -> 
     thread = threading.Thread(target=lambda: results.append(lease.begin("job-2")))
     thread.start()  # another thread is another owner token, alive on this host
     thread.join()
-    assert results[0].verdict is Verdict.DUPLICATE
+    assert results[0].verdict is LeaseVerdict.DUPLICATE
     assert results[0].holder == holder.holder
     assert lease.duplicates("job-2") == 1
 
@@ -48,21 +48,8 @@ def test_a_dead_holder_is_taken_over_and_crash_loops_give_up(lease: JobLease) ->
         lease._redis.set(key, DEAD, px=5000)  # the previous start died holding the lease
         grant = lease.begin("job-3")
         verdicts.append((grant.verdict, grant.starts))
-    assert verdicts == [(Verdict.RUN, 1), (Verdict.RUN, 2), (Verdict.RUN, 3),
-                        (Verdict.GIVE_UP, 4)]
-
-
-def test_a_lease_without_exclusivity_keeps_only_the_answer(lease: JobLease) -> None:
-    """A capability call's lease: concurrent copies all run (the store keeps them apart
-    and bounds crash loops); a finished call's answer is returned to later copies."""
-    first, second = lease.begin("call-1", exclusive=False), lease.begin("call-1",
-                                                                        exclusive=False)
-    assert (first.verdict, second.verdict) == (Verdict.RUN, Verdict.RUN)
-    assert lease.holder("call-1") is None and lease.starts("call-1") == 0
-    lease.release(second, counted=False)  # holds nothing, counts nothing
-    lease.finish(first, {"reports": []})
-    done = lease.begin("call-1", exclusive=False)
-    assert done.verdict is Verdict.DONE and done.answer == {"reports": []}
+    assert verdicts == [(LeaseVerdict.RUN, 1), (LeaseVerdict.RUN, 2), (LeaseVerdict.RUN, 3),
+                        (LeaseVerdict.GIVE_UP, 4)]
 
 
 def test_run_leased_stores_the_answer_and_releases_on_errors(lease: JobLease) -> None:

@@ -7,13 +7,11 @@ from typing import Any
 
 import pytest
 
-from broker.calls import CallRequest
 from broker.envelope import Envelope
 from broker.errors import InputError, error_from_json
-from broker.identity import Identity
 from workers.messages import (
-    CapabilityCall,
     DispatchJob,
+    ExecuteCalls,
     InvalidMessage,
     SandboxJob,
     name_in,
@@ -103,23 +101,24 @@ def test_sandbox_job() -> None:
         SandboxJob, job | {"job_id": "../j"}, "sandbox job")
 
 
-def test_capability_call() -> None:
-    request = CallRequest("r1", 1, Identity("orchestrate/#0", (0, 1), 0), "image.generate",
-                          {"prompt": "p"}, "digest", "fp").to_wire()
-    second = request | {"identity": "orchestrate/#0@1.1:0"}
-    call = {"requests": [request, second], "envelope": ENVELOPE, "origin": 2}
-    parsed = parse_message(CapabilityCall, call, "capability call")
-    assert [r.revision for r in parsed.requests] == [1, 1]
-    assert parse_message(CapabilityCall, call | {"origin": None}, "c").origin is None
-    message = _refusal(CapabilityCall, call | {"requests": [request | {
-        "identity": "nope", "payload": {"p": "\ud800"}}], "envelope": None}, "capability call")
-    assert "requests.0.identity: 'nope' is not an identity" in message
-    assert "requests.0.payload: a string in the payload is not valid UTF-8" in message
-    assert "envelope: Input should be a valid dictionary" in message
-    assert "one run and revision" in _refusal(CapabilityCall, call | {
-        "requests": [request, second | {"revision": 2}]}, "capability call")
-    assert "at most 64 items" in _refusal(CapabilityCall, call | {"requests": [
-        request | {"identity": f"orchestrate/#0@:{n}"} for n in range(65)]}, "c")
+def test_execute_calls() -> None:
+    calls = {"run_id": "r1", "revision": 1, "attempts": [4, 7],
+             "doorbell": "revise:t1-doorbell:0123456789abcdef"}
+    parsed = parse_message(ExecuteCalls, calls, "capability call")
+    assert (parsed.run_id, parsed.revision, parsed.attempts) == ("r1", 1, [4, 7])
+    assert parse_message(ExecuteCalls, calls | {"doorbell": None}, "c").doorbell is None
+    message = _refusal(ExecuteCalls, calls | {"run_id": "../x", "attempts": [0, "2"],
+                                              "doorbell": "x"}, "capability call")
+    assert "run_id: run id '../x' is not allowed" in message
+    assert "attempts.0: Input should be greater than or equal to 1" in message
+    assert "attempts.1: Input should be a valid integer" in message
+    assert "doorbell: not a doorbell channel of this deployment" in message
+    assert "an attempt appears twice" in _refusal(ExecuteCalls, calls | {"attempts": [3, 3]},
+                                                  "c")
+    assert "at most 64 items" in _refusal(ExecuteCalls, calls | {"attempts": list(
+        range(1, 66))}, "c")
+    assert "payload: Extra inputs are not permitted" in _refusal(
+        ExecuteCalls, calls | {"payload": {"prompt": "forged"}}, "c")
 
 
 def test_require_utf8_and_name_in() -> None:

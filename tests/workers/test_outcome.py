@@ -7,6 +7,8 @@ import pickle
 
 from celery import Celery
 
+from broker.calls import CallReport, Outcome
+from broker.identity import Identity
 from workers.outcome import (
     CallFailed,
     RunFailed,
@@ -45,18 +47,21 @@ def test_the_json_result_backend_and_pickle_keep_the_answer() -> None:
 
 
 def test_waves_with_a_call_without_a_committed_result_are_failures() -> None:
-    ok = {"identity": "orchestrate/#1@:0", "outcome": "executed"}
-    for outcome in ("failed", "denied", "diverged", "stopped"):
-        report = {"identity": "orchestrate/#0@:0", "outcome": outcome,
-                  "error": {"type": "CapabilityError", "message": "unsupported size"}}
-        answer = {"reports": [ok, report, report | {"identity": "orchestrate/#2@:0"}]}
-        exc = wave_outcome(answer, "r1")
-        assert isinstance(exc, CallFailed) and answer_of(exc) == answer
+    def call(n: int, outcome: Outcome) -> CallReport:
+        error = None if outcome in (Outcome.EXECUTED, Outcome.REPLAYED) else {
+            "type": "CapabilityError", "message": "unsupported size"}
+        return CallReport(Identity("orchestrate/#" + str(n), (), 0), "image.generate",
+                          outcome, error=error)
+
+    for outcome in (Outcome.FAILED, Outcome.DENIED, Outcome.DIVERGED, Outcome.STOPPED):
+        exc = wave_outcome([call(1, Outcome.EXECUTED), call(0, outcome), call(2, outcome)],
+                           "r1", 2)
+        assert isinstance(exc, CallFailed)
         assert "CapabilityError at orchestrate/#0@:0" in str(exc)
         assert "(and 1 more of its wave)" in str(exc) and exc.run_id == "r1"
-        assert "1 of the wave's 3 calls got a result" in str(exc)
-    single = wave_outcome({"reports": [report]}, "r1")
+        assert "1 of the task's 3 calls got a result" in str(exc)
+    single = wave_outcome([call(0, Outcome.FAILED)], "r1", 2)
     assert single is not None and "got a result" not in str(single)
-    for outcome in ("executed", "replayed"):
-        assert wave_outcome({"reports": [{"outcome": outcome}, ok]}, "r1") is None
+    for outcome in (Outcome.EXECUTED, Outcome.REPLAYED):
+        assert wave_outcome([call(0, outcome), call(1, Outcome.EXECUTED)], "r1", 2) is None
     assert answer_of(ValueError("x")) is None

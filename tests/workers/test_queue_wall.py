@@ -1,6 +1,6 @@
-"""The queue is a wall (issue 28, item 6): a broker worker spends under the revision's
-stored envelope, never the one a capability-task message carries (anyone who can write
-to Redis could forge it)."""
+"""The queue is a wall (issue 28, item 6): a capability task names claimed attempts by
+id and a broker worker executes only what the run store claimed, under the revision's
+stored envelope (anyone who can write to Redis can queue a message)."""
 
 from __future__ import annotations
 
@@ -8,38 +8,48 @@ import pytest
 
 from broker.calls import CallRequest, Outcome
 from broker.catalog import lookup
+from broker.claim import Claimer
 from broker.envelope import Budget, Envelope
 from broker.identity import Identity, call_digest
 from orchestrator.inputs import envelope_bytes
-from workers.capability import _spend
+from workers.capability import _execute
+from workers.messages import ExecuteCalls
 
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
 
-def _request(revision: int, capability: str, prompt: str) -> CallRequest:
+def _request(revision: int, capability: str, prompt: str, at: int = 0) -> CallRequest:
     payload = lookup(capability).normalize({"prompt": prompt})
     return CallRequest(run_id="walled", revision=revision,
-                       identity=Identity("orchestrate/#0", (), 0), capability=capability,
+                       identity=Identity("orchestrate/#0", (), at), capability=capability,
                        payload=payload, digest=call_digest(payload), fingerprint="f")
 
 
-def test_a_forged_envelope_in_a_capability_task_grants_nothing(make_stack) -> None:
+def test_a_capability_task_executes_only_what_the_store_claimed(make_stack) -> None:
     stack = make_stack()
-    stored = Envelope(grants=["text.generate"], budget=Budget(max_calls=0))
+    stored = Envelope(grants=["text.generate"], budget=Budget(max_calls=2))
     stack.store.ensure_run("walled")
     revision = stack.store.add_revision("walled", "# src", "h",
                                         envelope=envelope_bytes(stored))
-    forged = Envelope(budget=Budget(max_calls=100)).model_dump(mode="json")  # all granted
-    answer = _spend(stack.context, [_request(revision, "image.generate", "a fox")], forged,
-                    None)
-    (report,) = answer["reports"]
-    assert report["outcome"] == str(Outcome.DENIED)
-    assert report["error"]["type"] == "CapabilityDenied"
-    answer = _spend(stack.context, [_request(revision, "text.generate", "a fox")], forged,
-                    None)
-    (report,) = answer["reports"]
-    assert report["error"]["type"] == "BudgetExceeded"  # the stored budget, not the forged
-    assert stack.provider_log() == []
+    claimer = Claimer(store=stack.store, envelope=stored, settings=stack.settings)
+    (decided,) = claimer.claim([_request(revision, "text.generate", "a fox")])
+    assert decided.claimed is not None
+    attempt = decided.claimed.attempt
+
+    def execute(run_id: str, ids: list[int]) -> list:
+        return _execute(stack.context, ExecuteCalls(run_id=run_id, revision=revision,
+                                                    attempts=ids))
+
+    assert execute("walled", [attempt.id + 1000]) == []  # never claimed
+    assert execute("another-run", [attempt.id]) == []  # another run's name on it
+    (report,) = execute("walled", [attempt.id])
+    assert report.outcome is Outcome.EXECUTED and len(stack.provider_log()) == 1
+    assert execute("walled", [attempt.id]) == []  # taken once: a copy finds nothing
+    (later,) = claimer.claim([_request(revision, "text.generate", "a hen", at=1)])
+    assert later.claimed is not None
+    stack.store.finish_revision("walled", revision, "stopped", {})
+    assert execute("walled", [later.claimed.attempt.id]) == []  # its revision stopped
+    assert len(stack.provider_log()) == 1
 
 
 def test_a_forged_sandbox_job_runs_nothing(make_stack) -> None:
@@ -52,17 +62,10 @@ def test_a_forged_sandbox_job_runs_nothing(make_stack) -> None:
     from workers.recovery import sandbox_task_id
     from workers.routing import SANDBOX_TASK
 
-    from .conftest import script, wait_for
+    from .conftest import finished_run, wait_for
 
-    stack = make_stack()
-    stack.worker("dispatch")
-    stack.worker("sandbox", pool="prefork", concurrency=1)
-    stack.worker("capabilities", concurrency=4)
-    stack.wait_ready(120)
-    report = stack.client.submit(script("crash_seq"), {}, Envelope(), "walled").wait(120)
-    assert report["status"] == "succeeded", report["error"]
+    stack, job = finished_run(make_stack, "walled")
     paid = len(stack.provider_log())
-    job = stack.store.job_for_revision("walled", 1)
     forged = copy.deepcopy(job.message)
     for site in forged["admission"]["sites"]:
         site["max_calls"] = None  # no bound on invented identities

@@ -39,6 +39,9 @@ def test_a_call_no_live_broker_can_take_stops_fail_closed(make_stack) -> None:
     assert "no live broker worker" in report["error"]["message"]
     assert waited < 4 * LEASE + 15, waited  # not capability_wait_seconds (900 s)
     assert stack.provider_log() == []
+    # The claim nobody took is taken back when the revision ends: nothing was sent.
+    [attempt] = stack.store.list_attempts("r")
+    assert attempt.status == "abandoned" and attempt.sent_at is None
 
 
 def test_a_lost_call_message_is_sent_again_and_paid_once(make_stack) -> None:
@@ -47,7 +50,7 @@ def test_a_lost_call_message_is_sent_again_and_paid_once(make_stack) -> None:
     transport = Transport(stack.context.broker_redis)
     handle = stack.client.submit(script("crash_seq"), {}, Envelope(), "r")
     wait_for(lambda: stack.context.broker_redis.llen(queue), 60, "the call's task message")
-    assert any("/call/" in task for task in transport.task_ids(queue))
+    assert any("/calls/" in task for task in transport.task_ids(queue))
     stack.context.broker_redis.delete(queue)  # Redis lost it before any broker took it
     stack.worker("capabilities", concurrency=2)
     started = time.monotonic()

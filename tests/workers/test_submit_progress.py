@@ -46,7 +46,7 @@ def _submit(stack, tmp_path, *, terminal: bool) -> tuple[int, str, str]:
     args = tmp_path / "args.json"
     args.write_text('{"prompts": ["a", "b"]}')
     run_id = f"cli-{'tty' if terminal else 'pipe'}"
-    command = [sys.executable, "-m", "orchestrator.cli", "submit", str(script), "--run-id", run_id,
+    command = [sys.executable, "-m", "workers.cli", "submit", str(script), "--run-id", run_id,
                "--args", str(args), "--wait", "--json"]
     env = {**stack.env, "COLUMNS": "120"}
     if not terminal:

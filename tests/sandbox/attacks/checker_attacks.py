@@ -140,6 +140,22 @@ CHECKER: list[Attack] = [
         return [len("a".center(n)), len("b".zfill(n)), len("\\t".expandtabs(n))]
         ''', route=None, statuses=frozenset({"failed", "stopped"}),
         tries="str.center/zfill/expandtabs with a huge size from a variable"),
+    attack("repeat-count-from-args", "checker", '''
+        return len("x" * (args["host_pid"] + 10 ** 9))
+        ''', route=None, statuses=frozenset({"failed", "stopped"}),
+        tries="a string repeated a number of times from args (a gigabyte at once)"),
+    attack("range-materialised-from-args", "checker", '''
+        return len(list(range(args["host_pid"] + 10 ** 9)))
+        ''', route=None, statuses=frozenset({"failed", "stopped"}),
+        tries="list(range(n)) with n from args: eight gigabytes of pointers"),
+    attack("shift-from-args", "checker", '''
+        return (1 << (args["host_pid"] + 10 ** 10)).bit_length()
+        ''', route=None, statuses=frozenset({"failed", "stopped"}),
+        tries="a shift by an amount from args builds a 1.25 GB integer"),
+    attack("power-from-args", "checker", '''
+        return len(str(7 ** (args["host_pid"] + 10 ** 8)))
+        ''', route=None, statuses=frozenset({"failed", "stopped"}), timeout=3.0,
+        tries="a power with an exponent from args (minutes of CPU, then a huge integer)"),
     attack("address-in-payload", "checker", '''
         async def helper():
             return 1

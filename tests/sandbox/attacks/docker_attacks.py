@@ -13,6 +13,10 @@ def _d(name: str, body: str, tries: str, *, prelude: str = _TRY, **options: obje
 
 
 DOCKER: list[Attack] = [
+    attack("limits-past-the-host", "docker", "return 1\n", "an envelope asking for 64 CPUs "
+           "(the engine refuses the container: the revision must end, not stay running)",
+           route=None, checker="harmless", statuses=frozenset({"succeeded", "stopped"}),
+           limits={"cpus": 64}),
     _d("docker-socket", '''
 socket = imp("socket")
 def api(path):

@@ -1,12 +1,13 @@
-"""Run an attack and judge containment from the host side.
+"""Run an attack and judge containment from the host side; the one copy of the judge, used
+by the corpus tests and by the acceptance run (``python -m tests.acceptance --attacks``).
 
 The judge never trusts what the script returned: it looks at the host. Contained means:
 the run ended in an allowed status (and named error) within its deadline; neither secret
 token (the victim file's, the provider key in the host's environment) appears in the run
 report or in any file under REVISE_HOME; the victim dir is unchanged and no planted file
 exists; nothing connected to the canary port and the Redis key was never set; no process
-carrying the attack's marker is left; at most ``attack.calls`` provider executions; and a
-normal run right after it succeeds on the same host objects.
+carrying the attack's marker is left; at most ``attack.calls`` provider executions; the run
+is not left ``running``; and a normal run right after it succeeds on the same host objects.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import socket
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -22,7 +25,7 @@ from typing import Any
 
 from broker.envelope import Envelope, SandboxLimits
 from broker.providers import ProviderLog
-from sandbox.acceptance_attacks import Canary, files_holding, wait_gone
+from broker.records import RunStatus
 
 from .corpus import Attack
 
@@ -33,6 +36,108 @@ NORMAL = ('async def orchestrate(ctx, args):\n'
           '    return {"ok": True, "text": text}\n')
 FD_SLACK = 16  # connection pools may open a few
 PLANTED_ELSEWHERE = (Path("/planted"), Path("/usr/planted"), Path("/etc/planted"))
+
+
+def run_unchecked(services: Any, run_id: str, text: str, args: Any, envelope: Envelope
+                  ) -> dict[str, Any]:
+    """Annotate and gate but skip the checker: the test-only path to hostile scripts, which
+    proves that the sandbox holds alone when the checker is bypassed (the product has no
+    such path: neither the CLI nor the queue can reach one)."""
+    import ast
+
+    from orchestrator.admission import Admission
+    from orchestrator.annotate import annotate
+    from orchestrator.gate import check_gate, frozen_sites
+    from orchestrator.pipeline import Admitted, args_json
+    from orchestrator.report import RunReport
+    from orchestrator.source import decode_source
+
+    store = services.store
+    source = decode_source(text)
+    store.ensure_run(run_id)
+    annotated = annotate(source.text, ast.parse(source.text))
+    admission = Admission(annotated.text, annotated.sites,
+                          check_gate(frozen_sites(store.list_slots(run_id)), annotated.sites))
+    revision = store.add_revision(run_id, source.text, source.digest)
+    admitted = Admitted(run_id, revision, source, args_json(args, envelope), admission,
+                        RunReport(run_id=run_id, revision=revision))
+    return services.pipeline().execute(admitted, envelope).to_json()
+
+
+class Canary:
+    """A TCP port on 127.0.0.1 that counts every connection made to it."""
+
+    def __init__(self) -> None:
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.2)
+        self.port: int = self._sock.getsockname()[1]
+        self.connections = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._done.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:  # the accept timeout, or the socket closed
+                continue
+            self.connections += 1
+            conn.close()
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(2)
+        self._sock.close()
+
+
+def marked_processes(marker: str) -> list[int]:
+    """Host processes (other than this one) whose command line carries ``marker``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def wait_gone(marker: str, seconds: float = 5.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while marked_processes(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return marked_processes(marker)
+
+
+def files_holding(root: Path, tokens: tuple[str, ...]) -> list[str]:
+    """Files under ``root`` that contain any of ``tokens``."""
+    hits = []
+    for path in root.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            hits += [str(path) for token in tokens if token.encode() in data]
+    return hits
+
+
+def containers_left() -> bool:
+    """Does a sandbox container of this process still exist (running or not)?"""
+    import docker
+
+    from sandbox.docker_runner import LABEL_OWNER, _owner
+
+    client = docker.from_env()
+    try:
+        return bool(client.containers.list(
+            all=True, filters={"label": f"{LABEL_OWNER}={_owner()}"}))
+    finally:
+        client.close()
 
 
 @dataclass
@@ -133,6 +238,9 @@ def judge(attack: Attack, services: Any, run_id: str, report: dict[str, Any],
     calls = _provider_calls(services, run_id)
     if calls > attack.calls:
         problems.append(f"{calls} provider executions, at most {attack.calls} allowed")
+    run = services.store.get_run(run_id)
+    if run is not None and run.status is RunStatus.RUNNING:
+        problems.append("the run was left running")
     return problems
 
 
@@ -148,8 +256,6 @@ def follow_up(services: Any, run_id: str) -> list[str]:
 def run_attack(attack: Attack, services: Any, *, checked: bool, victim: Victim,
                canary: Canary, slack: float) -> Verdict:
     """Run ``attack`` (checked: the production path; else checker bypassed) and judge it."""
-    from sandbox.acceptance_pipeline import run_unchecked
-
     marker = f"atkmark{uuid.uuid4().hex}"
     run_id = f"atk-{attack.name}-{marker[-8:]}"
     home = services.settings.home

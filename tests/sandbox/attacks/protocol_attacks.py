@@ -30,13 +30,22 @@ def batch(*frames):
     send({"t": "batch", "nonce": nonce, "frames": list(frames)})
 '''
 
+# The same, where the whitelisted site is a branch of a two-wide ctx.parallel (its frames
+# carry one path index, below 2) and a race of two (its branches, one index below 2).
+_FANNED = _CHANNEL.replace(
+    '    await ctx.run("text.generate", {"prompt": "whitelisted"})\n',
+    '    await ctx.parallel([ctx.run("text.generate", {"prompt": "a"}),\n'
+    '                        ctx.run("text.generate", {"prompt": "b"})])\n'
+    '    await ctx.race([ctx.run("text.generate", {"prompt": "c"}),\n'
+    '                    ctx.run("text.generate", {"prompt": "d"})])\n')
+
 _STOPPED = frozenset({"stopped"})
 
 
 def _proto(name: str, body: str, tries: str, *, error: str | None = "SandboxProtocolError",
-           calls: int = 0, statuses: frozenset[str] = _STOPPED, timeout: float = 8.0
-           ) -> Attack:
-    return attack(name, "protocol", _CHANNEL + body + '\ntime.sleep(4)\nreturn "not stopped"\n',
+           calls: int = 0, statuses: frozenset[str] = _STOPPED, timeout: float = 8.0,
+           prelude: str = _CHANNEL) -> Attack:
+    return attack(name, "protocol", prelude + body + '\ntime.sleep(4)\nreturn "not stopped"\n',
                   tries, error=error, calls=calls, statuses=statuses, timeout=timeout)
 
 
@@ -65,6 +74,16 @@ PROTOCOL: list[Attack] = [
 send({"t": "batch", "nonce": nonce, "frames": [frame(1, path=[3])], "more": True})
 batch(frame(2, path=[3], occurrence=1, payload={"prompt": "y"}))''',
            "a second call at a site the admitted script reaches once, at a made-up path"),
+    _proto("path-past-width", "batch(frame(1, path=[7]))",
+           "a branch index past the width of the fanout around the site (a new identity "
+           "the script cannot reach)", prelude=_FANNED),
+    _proto("path-deeper-than-nesting", "batch(frame(1, path=[0, 0]))",
+           "a path longer than the fanouts around the site", prelude=_FANNED),
+    _proto("path-shorter-than-nesting", "batch(frame(1, path=[]))",
+           "a path shorter than the fanouts around the site", prelude=_FANNED),
+    _proto("race-branch-index-invented", 'batch(frame(1, site="orchestrate/if0/#3", '
+           'path=[5]))', "a race branch call at an index past the race's width, with "
+           "nothing committed there", prelude=_FANNED),
     _proto("path-negative", "batch(frame(1, path=[-1]))", "a negative fanout path"),
     _proto("path-too-long", "batch(frame(1, path=[0] * 1000))", "a 1000-deep fanout path"),
     _proto("occurrence-float", "batch(frame(1, occurrence=0.0))", "a float occurrence"),
@@ -156,6 +175,41 @@ for i in range(50):
     batch(frame(i + 1, occurrence=i))
     time.sleep(0.01)''', "stop reading while the host answers 50 calls",
            error=None, statuses=frozenset({"stopped", "failed"}), calls=50, timeout=4.0),
+    _proto("error-field-huge", '''
+send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
+    "type": "ValueError", "message": "m", "identity": "i" * 3500000}})''',
+           "an error identity of 3.5 MB (it went whole into the stored report and --json)"),
+    _proto("error-status-huge-number", '''
+send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
+    "type": "ValueError", "message": "m", "status": 10 ** 4000}})''',
+           "an error status of 4000 digits"),
+    _proto("log-line-huge", '''
+send({"t": "result", "nonce": nonce, "ok": True, "result": 1, "logs": ["l" * 3000000]})''',
+           "one log line of 3 MB"),
+    _proto("logs-too-many", '''
+send({"t": "result", "nonce": nonce, "ok": True, "result": 1, "logs": ["l"] * 5000})''',
+           "5000 log lines (the runtime keeps 200)"),
+    _proto("payload-too-many-values", "batch(frame(1, payload={\"prompt\": [0] * 300000}))",
+           "a payload of 300,000 values (host memory: a JSON list of small values is many "
+           "times larger as Python objects)"),
+    _proto("payload-past-frame-bytes", "batch(frame(1, payload={\"prompt\": \"p\" * 2000000}))",
+           "a 2 MB payload in one frame (the runtime holds frames to 1 MiB)"),
+    _proto("wave-values", '''
+for i in range(12):
+    send({"t": "batch", "nonce": nonce, "more": i < 11, "frames": [
+        frame(i + 1, occurrence=i, payload={"prompt": [{}] * 90000})]})''',
+           "a wave of 12 frames, each of 90,000 empty objects (within the byte limits, "
+           "a gigabyte of host memory as parsed objects)", timeout=20.0),
+    _proto("frame-unknown-field", "batch(frame(1, note=\"x\" * 1000))",
+           "a frame field no frame kind has"),
+    _proto("message-unknown-field", 'send({"t": "batch", "nonce": nonce, "frames": [], '
+           '"pad": "x" * 1000})', "a message field no message kind has"),
+    _proto("seq-past-number", "batch(frame(2 ** 62))", "a sequence number past 2**53"),
+    _proto("race-branch-payload-huge", '''
+send({"t": "batch", "nonce": nonce, "frames": [{"seq": 1, "kind": "race_lookup",
+      "site": site, "path": [], "occurrence": 0, "branches": [
+      {"site": site, "capability": "text.generate", "payload": {"p": "x" * 2000000},
+       "take": 1}]}]})''', "a race branch carrying a 2 MB payload"),
     _proto("payload-not-object", 'batch(frame(1, payload="rm -rf /"))',
            "a call whose payload is a string", error=None),
     _proto("capability-null", "batch(frame(1, capability=None))",
@@ -219,6 +273,6 @@ batch(frame(1, site="nope"))''', "out-of-band bytes on the Unix socket"),
 send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
     "type": "ValueError", "message": "m", "identity": 7, "line": True,
     "capability": ["x"], "code": {"a": 1}, "status": [1]}})''',
-           "error fields of the wrong types (a number identity crashed the report)",
-           error="ValueError", statuses=frozenset({"failed"})),
+           "error fields of the wrong types (a number identity crashed the report): each "
+           "field is held to its type, the run stops"),
 ]

@@ -1,34 +1,30 @@
-"""`python -m sandbox.acceptance --attacks`: the corpus subset the acceptance run carries."""
+"""`python -m tests.acceptance --attacks`: the corpus subset the acceptance run carries."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from sandbox.acceptance import ATTACK_CHECKS, PROBES
+from tests.acceptance.attacks import ACCEPTANCE, acceptance_attacks
+from tests.acceptance.probes import PROBES
+from tests.sandbox.test_acceptance import acceptance
 
-
-def _attacks(*args: str) -> int:
-    done = subprocess.run([sys.executable, "-m", "sandbox.acceptance", "--attacks",
-                           "--only", "attack:", *args], capture_output=True, text=True,
-                          timeout=600)
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    summary = done.stdout.strip().splitlines()[-1]
-    assert summary.endswith(" passed, 0 failed"), summary
-    return int(summary.split()[0])
+from . import ATTACKS
 
 
 def test_every_process_sandbox_attack_check_passes(process_python) -> None:
-    assert _attacks("--runner", "process") == len(ATTACK_CHECKS)
+    assert acceptance("--attacks", "--runner", "process", "--only", "attack:") == len(ACCEPTANCE)
 
 
 @pytest.mark.docker
 def test_every_docker_attack_check_passes(sandbox_settings) -> None:
-    assert _attacks("--runner", "docker") == len(ATTACK_CHECKS)
+    assert acceptance("--attacks", "--runner", "docker", "--only", "attack:") == len(ACCEPTANCE)
 
 
-def test_the_attack_checks_are_separate_from_the_probes() -> None:
+def test_the_acceptance_attacks_are_the_corpus_own() -> None:
+    """One copy of each attack: the acceptance run names corpus attacks, it has none of its
+    own, and it covers every class the sandbox alone must hold against."""
+    chosen = acceptance_attacks()
+    assert all(any(attack is corpus for corpus in ATTACKS) for attack in chosen)
+    assert len(set(ACCEPTANCE)) == len(ACCEPTANCE) >= 20
+    assert {attack.kind for attack in chosen} >= {"process", "protocol", "docker", "checker"}
     assert not any("attack:" in probe.name for probe in PROBES)
-    assert len(ATTACK_CHECKS) >= 12

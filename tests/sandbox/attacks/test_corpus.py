@@ -16,7 +16,7 @@ from orchestrator.embedded import open_services
 from orchestrator.source import decode_source
 
 from . import ATTACKS, CLASSES
-from .harness import ENV_SECRET, SECRET_ENV_NAMES, Canary, Victim, run_attack
+from .harness import ENV_SECRET, SECRET_ENV_NAMES, Canary, Victim, containers_left, run_attack
 
 _IDS = [f"{a.kind}-{a.name}" for a in ATTACKS]
 
@@ -65,9 +65,7 @@ def sandbox(request, tmp_path_factory, host_secrets):
     yield services
     services.close()
     if request.param == "docker":
-        from sandbox.acceptance import _containers_left
-
-        assert not _containers_left(), "a container of this process was left behind"
+        assert not containers_left(), "a container of this process was left behind"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from broker.records import RunStatus
 from broker.settings import Settings
+from orchestrator.embedded import open_services
+from sandbox.runner import ProcessRunner
 
 from .corpus import Attack
 from .harness import ENV_SECRET, Canary, Victim, judge
@@ -23,8 +26,7 @@ CLEAN = {"status": "failed", "error": {"type": "FileNotFoundError"}, "result": N
 def staged(tmp_path: Path):
     canary = Canary()
     victim = Victim(tmp_path / "victim")
-    services = SimpleNamespace(settings=Settings(home=tmp_path / "home"))
-    services.settings.home.mkdir()
+    services = open_services(Settings(home=tmp_path / "home"), runner=ProcessRunner())
 
     def verdict(report=CLEAN, *, elapsed: float = 1.0, marker: str = "nomarkerhere") -> list:
         return judge(ATTACK, services, "staged", report, elapsed, victim=victim,
@@ -33,6 +35,7 @@ def staged(tmp_path: Path):
     before = victim.snapshot()
     yield SimpleNamespace(verdict=verdict, victim=victim, canary=canary, services=services)
     canary.close()
+    services.close()
 
 
 def test_a_clean_run_is_contained(staged) -> None:
@@ -49,6 +52,12 @@ def test_each_staged_breach_is_reported(staged) -> None:
     (staged.services.settings.home / "leak.txt").unlink()
     (staged.victim.root / "planted").write_text("x")
     assert "the victim dir changed" in staged.verdict()
+    (staged.victim.root / "planted").unlink()
+    store = staged.services.store
+    store.ensure_run("staged")
+    assert "the run was left running" in staged.verdict()
+    store.set_run_status("staged", RunStatus.STOPPED)
+    assert staged.verdict() == []
 
 
 def test_a_connection_and_a_leftover_process_are_reported(staged) -> None:

@@ -8,6 +8,8 @@ import pytest
 
 from orchestrator.checker import check
 
+from .harness import run_unchecked
+
 _ENTRY = "\n\nasync def orchestrate(ctx, args):\n    return len(A)\n"
 
 
@@ -81,8 +83,8 @@ def test_channel_refuses_lone_surrogates_and_keeps_pairs() -> None:
     from broker.errors import SandboxProtocolError
     from sandbox.channel import decode_message
 
-    assert decode_message(b'{"a": "\\ud83d\\ude00", "b": "\\\\ud800"}') == {
-        "a": "\U0001f600", "b": "\\ud800"}
+    ok = b'{"t": "result", "nonce": "n", "ok": true, "logs": ["\\ud83d\\ude00", "\\\\ud800"]}'
+    assert decode_message(ok)["logs"] == ["\U0001f600", "\\ud800"]
     for data in (b'{"a": "\\ud800"}', b'{"\\uDC00": 1}', b'{"a": ["x\\udbff"]}'):
         with pytest.raises(SandboxProtocolError, match="lone surrogate"):
             decode_message(data)
@@ -148,7 +150,6 @@ def test_hole_race_branch_with_an_unhashable_site_crashed_the_host(tmp_path) -> 
     closed) instead of escaping."""
     from broker.envelope import Envelope, SandboxLimits
     from broker.records import RunStatus
-    from sandbox.acceptance_pipeline import run_unchecked
 
     services = _process_services(tmp_path)
     try:
@@ -200,17 +201,18 @@ def test_hole_error_fields_of_the_wrong_type_crashed_the_report(tmp_path) -> Non
     """Hole: a failed result whose error ``identity`` was a number passed the session (any
     str or int was kept) and then failed the run report's validation (pydantic
     ValidationError) after the sandbox had finished: a traceback, and the run stayed
-    ``running``. Each error field is now kept only with the type the report holds."""
+    ``running``. Each error field is now held to its type and limit when the message
+    arrives (``sandbox.inbound``): the run stops there, and ends."""
     from broker.envelope import Envelope, SandboxLimits
     from broker.records import RunStatus
-    from sandbox.acceptance_pipeline import run_unchecked
 
     services = _process_services(tmp_path)
     try:
         report = run_unchecked(services, "error-types", _ERROR_FIELD_TYPES, {},
                                Envelope(sandbox=SandboxLimits(timeout_seconds=20)))
-        assert report["status"] == "failed", report
-        assert report["error"] == {"type": "ValueError", "message": "m", "identity": None}
-        assert services.store.get_run("error-types").status is RunStatus.FAILED
+        assert report["status"] == "stopped", report
+        assert report["error"]["type"] == "SandboxProtocolError"
+        assert "result.error.line" in report["error"]["message"]
+        assert services.store.get_run("error-types").status is RunStatus.STOPPED
     finally:
         services.close()

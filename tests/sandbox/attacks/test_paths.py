@@ -64,7 +64,7 @@ def place(tmp_path: Path) -> dict[str, Path]:
 
 @pytest.mark.parametrize("run_id", HOSTILE_IDS.values(), ids=HOSTILE_IDS.keys())
 def test_cli_refuses_hostile_run_ids(run_id: str, place, monkeypatch) -> None:
-    from orchestrator.cli import app
+    from workers.cli import app
 
     script = place["base"] / "s.py"
     script.write_text(SCRIPT)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from unittest import mock
 
-from broker.dispatch import Broker
+from broker.claim import Claimer
 from broker.envelope import Envelope
 from broker.providers import ProviderLog
 from orchestrator.session import Session
@@ -86,7 +86,7 @@ def spying() -> Iterator[Spy]:
     """Observe every replayed result, embedded (host decisions and broker claims)."""
     spy = Spy()
     apply = Session._apply
-    already = Broker._already_committed
+    decided = Claimer._decided
 
     def observed_apply(self: Session, seq: int, call: Any, request: Any, decision: Any):
         if decision.replays and decision.slot is not None:
@@ -96,15 +96,16 @@ def spying() -> Iterator[Spy]:
                                      request.payload, slot)))
         return apply(self, seq, call, request, decision)
 
-    def observed_already(self: Broker, request: Any, slot: Any):
-        report = already(self, request, slot)
-        spy.add(Served(request.revision, str(request.identity), str(slot.identity), "broker",
-                       _mismatch(request.capability, request.fingerprint, request.digest,
-                                 request.payload, slot)))
-        return report
+    def observed_decided(request: Any, begin: Any):
+        slot = begin.slot
+        if slot is not None:  # the claim transaction found it committed: a replay
+            spy.add(Served(request.revision, str(request.identity), str(slot.identity),
+                           "broker", _mismatch(request.capability, request.fingerprint,
+                                               request.digest, request.payload, slot)))
+        return decided(request, begin)
 
     with mock.patch.object(Session, "_apply", observed_apply), \
-            mock.patch.object(Broker, "_already_committed", observed_already):
+            mock.patch.object(Claimer, "_decided", staticmethod(observed_decided)):
         yield spy
 
 

@@ -20,7 +20,7 @@ SCRIPT = str(ROOT / "tests" / "fixtures" / "scripts" / "crash_seq.py")
 def _submit(tmp_path: Path, redis_url: str, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "REVISE_HOME": str(tmp_path / "home"), "REVISE_REDIS_URL": redis_url,
            "REVISE_CELERY_QUEUE_PREFIX": f"t{uuid.uuid4().hex[:8]}-", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "orchestrator.cli", "submit", SCRIPT,
+    return subprocess.run([sys.executable, "-m", "workers.cli", "submit", SCRIPT,
                            "--run-id", "r", *argv], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=120)
 
@@ -47,7 +47,7 @@ def test_a_submit_started_while_redis_is_down_queues_when_it_is_back(tmp_path: P
     try:
         env = {**os.environ, "REVISE_HOME": str(tmp_path / "home"),
                "REVISE_REDIS_URL": redis.url, "REVISE_CELERY_QUEUE_PREFIX": "back-"}
-        client = subprocess.Popen([sys.executable, "-m", "orchestrator.cli", "submit", SCRIPT,
+        client = subprocess.Popen([sys.executable, "-m", "workers.cli", "submit", SCRIPT,
                                    "--run-id", "r", "--timeout", "60", "--json"],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                   env=env, cwd=tmp_path)

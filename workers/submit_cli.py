@@ -61,12 +61,16 @@ def register(app: typer.Typer) -> None:
         source = read_script(script)
         given_args = ArgsFile(args) if args is not None else MISSING
         given_env = load_envelope(envelope) if envelope else None
-        client = Client(Settings())
+        settings = Settings()
+        client = Client(settings)
         deadline = time.monotonic() + timeout
         try:
             # The client reads the run store anyway (for results); the inputs are
             # resolved here, before anything is queued. A client started during an outage
             # waits it out (within --timeout) like one that was already waiting.
+            _until_up(deadline, "looking for a running revision of the run",
+                      lambda: refuse_if_busy(client.store, run_id,
+                                             settings.revision_lease_seconds))
             inputs = _until_up(deadline, "reading the run's stored inputs",
                                lambda: resolve_inputs(client.store, run_id, args=given_args,
                                                       envelope=given_env))
@@ -82,7 +86,8 @@ def register(app: typer.Typer) -> None:
                     f"`revise show {run_id}`"))
                 raise typer.Exit(EXIT_OK)
             try:
-                report = _wait(handle, max(deadline - time.monotonic(), 0.0))
+                report = _wait(handle, max(deadline - time.monotonic(), 0.0),
+                               since=deadline - timeout)
             except TimeoutError as exc:
                 err.print(f"[yellow]timeout[/]: {render.escape(str(exc))}")
                 raise typer.Exit(EXIT_UNKNOWN) from None
@@ -95,17 +100,35 @@ def register(app: typer.Typer) -> None:
 T = TypeVar("T")
 
 
-def _wait(handle: Any, timeout: float) -> dict[str, Any]:
+def refuse_if_busy(store: Any, run_id: str, lease_seconds: float) -> None:
+    """One revision of a run runs at a time: a submit while one runs is refused here, before
+    anything is queued (the dispatcher would refuse the job, unseen without --wait). A
+    revision whose runner is gone is failed first, as the dispatcher does."""
+    from broker.errors import RunBusy
+    from orchestrator.reconcile import sweep_revisions
+
+    sweep_revisions(store, lease_seconds, run_id=run_id)
+    running = store.running_revisions(run_id)
+    if running:
+        revision = running[0].revision
+        raise RunBusy(f"run {run_id!r} has revision {revision} still running; one revision "
+                      "of a run runs at a time, so that two never pay for the same call. "
+                      f"Wait for it (`revise show {run_id}` shows it running until it ends) "
+                      "and submit again", run_id=run_id, revision=revision)
+
+
+def _wait(handle: Any, timeout: float, since: float) -> dict[str, Any]:
     """The job's run JSON. On a terminal, a status line on stderr says where it is (calls
-    committed, in flight, parked); without one, only an outage is said."""
+    committed, in flight, parked); without one, only an outage is said. A timeout says
+    how long the command waited, from ``since``."""
     def outage(line: str) -> None:
         err.print(f"[yellow]waiting[/]: {render.escape(line)}")
 
     if not err.is_terminal:
-        return handle.wait(timeout, progress=outage)
+        return handle.wait(timeout, progress=outage, since=since)
     with err.status("waiting for the job", spinner="dots") as status:
-        return handle.wait(timeout, progress=outage, watch=lambda line: status.update(
-            f"waiting: {render.escape(line)}"))
+        return handle.wait(timeout, progress=outage, since=since, watch=lambda line:
+                           status.update(f"waiting: {render.escape(line)}"))
 
 
 def _until_up(deadline: float, what: str, action: Callable[[], T]) -> T:

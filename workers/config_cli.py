@@ -1,12 +1,14 @@
 """``revise config [--check] [--json]``: the effective settings of this environment.
 
-Every field of the run settings (``broker.settings.Settings``), the queue's
-(``workers.config.WorkerSettings``) and the process sandbox's
+Every field of the run settings (``broker.settings.Settings``), the queue's and Flower's
+(``workers.config``) and the process sandbox's
 (``sandbox.process_profile.ProcessSettings``), with its value and where it came from
 (``env`` or ``default``). Secrets are masked: SecretStr fields and the password inside
 a URL. ``--check`` prints one ``error:`` line per problem (a value a setting refuses,
-such as a database URL that cannot be parsed; a ``REVISE_*`` variable nothing reads,
-with the nearest real name) and exits 2 when there is one. It never connects to the
+such as a database URL that cannot be parsed; settings a role would refuse or start
+degraded with, such as an HTTP provider without its URL or Flower published without
+authentication; a ``REVISE_*`` variable nothing reads, with the nearest real name) and
+exits 2 when there is one. It never connects to the
 database, Redis or a sandbox: it is what to run first when one of them is not found.
 
 Registered on the main app by ``register(app)``.
@@ -34,9 +36,9 @@ CheckFlag = Annotated[bool, typer.Option(
 def _classes() -> list[type[BaseSettings]]:
     from broker.settings import Settings
     from sandbox.process_profile import ProcessSettings
-    from workers.config import WorkerSettings
+    from workers.config import FlowerSettings, WorkerSettings
 
-    return [Settings, WorkerSettings, ProcessSettings]
+    return [Settings, WorkerSettings, ProcessSettings, FlowerSettings]
 
 
 def _shown(value: Any) -> Any:
@@ -58,23 +60,44 @@ def effective_settings() -> tuple[list[dict[str, Any]], list[str]]:
     """(one row per field of every settings class, the problems found), reading only the
     environment."""
     from broker.errors import ConfigError
-    from broker.settings import env_names, unknown_variables
+    from broker.settings import env_names
+    from workers.variables import unknown_variables
 
     environ = {name.upper() for name in os.environ}
     rows: list[dict[str, Any]] = []
     problems: list[str] = []
+    instances: dict[str, Any] = {}
     for cls in _classes():
         try:
             instance: Any = cls()
         except ConfigError as exc:  # every layer's settings raise one SettingsError
             problems += getattr(exc, "problems", None) or [exc.message]
             instance = None
+        instances[cls.__name__] = instance
         for field, variable in zip(cls.model_fields, env_names(cls), strict=True):
             value = getattr(instance, field) if instance is not None else "(invalid)"
             rows.append({"variable": variable, "value": _shown(value),
                          "source": "env" if variable in environ else "default"})
+    problems += _role_problems(instances)
     problems += [unknown.line() for unknown in unknown_variables(os.environ)]
     return rows, problems
+
+
+def _role_problems(instances: dict[str, Any]) -> list[str]:
+    """What a role would refuse to start with, or start degraded with, that the settings
+    alone show (no connection): each line names the role."""
+    from broker.settings import provider_problem
+
+    found = []
+    if instances.get("Settings") is not None:
+        problem = provider_problem(instances["Settings"])
+        if problem:
+            found.append(f"broker workers would start degraded: {problem}")
+    if instances.get("FlowerSettings") is not None:
+        problem = instances["FlowerSettings"].unauthenticated_problem()
+        if problem:
+            found.append(f"flower would refuse to start: {problem}")
+    return found
 
 
 def _table(c: Console, rows: list[dict[str, Any]], problems: list[str]) -> None:

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 from broker.envelope import Budget, Envelope
 from broker.settings import Settings
 from broker.sqlstore import SqlStore
-from orchestrator.cli import app
 from orchestrator.inputs import args_bytes, envelope_bytes
+from workers.cli import app
 
 SCRIPT = 'async def orchestrate(ctx, args):\n    return 1\n'
 
@@ -54,6 +54,7 @@ def test_submit_reuses_the_stored_inputs_and_says_so(tmp_path: Path, client) -> 
         store.ensure_run("sub")
         store.add_revision("sub", "src", "h", args=args_bytes({"shots": ["a"]}),
                            envelope=envelope_bytes(tight))
+        store.finish_revision("sub", 1, "failed", {})
     finally:
         store.close()
     script = tmp_path / "s.py"
@@ -84,3 +85,33 @@ def test_submit_on_a_new_run_uses_the_defaults_quietly(tmp_path: Path, client) -
     assert result.exit_code == 0, result.output
     assert client.submitted == [({}, Envelope(), "fresh")]
     assert "note" not in result.stderr
+
+
+def test_submit_while_a_revision_runs_is_refused_before_anything_is_queued(
+        tmp_path: Path, client) -> None:
+    """One revision of a run at a time (issue 29, item 4): said at submit, with how to wait."""
+    home = tmp_path / "home"
+    store = SqlStore.open(Settings(home=home).resolved_database_url)
+    try:
+        store.ensure_run("busy")
+        store.add_revision("busy", "src", "h", args=args_bytes({}),
+                           envelope=envelope_bytes(Envelope()))  # running, its lease fresh
+    finally:
+        store.close()
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT)
+    env = {"REVISE_HOME": str(home), "COLUMNS": "300"}
+    refused = CliRunner().invoke(app, ["submit", str(script), "--run-id", "busy"], env=env)
+    assert refused.exit_code == 1 and client.submitted == []
+    assert refused.stderr.strip().splitlines() == [
+        "error: run 'busy' has revision 1 still running; one revision of a run runs at a "
+        "time, so that two never pay for the same call. Wait for it (`revise show busy` "
+        "shows it running until it ends) and submit again"]
+    as_json = CliRunner().invoke(app, ["submit", str(script), "--run-id", "busy", "--json"],
+                                 env=env)
+    assert json.loads(as_json.stdout)["error"]["type"] == "RunBusy"
+    # A revision whose runner is gone (its lease expired) does not hold the run.
+    late = CliRunner().invoke(app, ["submit", str(script), "--run-id", "busy", "--json"],
+                              env={**env, "REVISE_REVISION_LEASE_SECONDS": "0.001"})
+    assert late.exit_code == 0, late.output
+    assert client.submitted == [({}, Envelope(), "busy")]

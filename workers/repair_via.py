@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker.envelope import Envelope
-from broker.errors import BrokerError
+from broker.errors import QueueError
 from broker.settings import RepairVia, Settings
 from broker.store import RunStore
 
@@ -48,8 +48,8 @@ class RepairTarget:
         try:
             return handle.wait(self.timeout)
         except TimeoutError as exc:
-            raise BrokerError(f"{exc}; the candidate keeps running on the workers (raise "
-                              "--timeout to wait longer)", job_id=handle.job_id) from None
+            raise QueueError(f"{exc}; the candidate keeps running on the workers (raise "
+                             "--timeout to wait longer)", job_id=handle.job_id) from None
 
     def close(self) -> None:
         if self._client is not None:

@@ -1,35 +1,16 @@
-"""Acceptance checks of the sandboxes, against the real image and the real bwrap.
-
-    python -m sandbox.acceptance [--runner docker|process|all] [--only NAME] [--pipeline]
-                                 [--attacks]
-
-Each isolation check runs a hostile probe program (real Python, not a checked
-script) in a sandbox started by the production runner, exactly as a job would
-be started (``launch``: a fresh RPC directory, the host listening on its
-socket), and judges what the probe could do from the inside and what is left
-on the host afterwards. ``--runner`` picks the Docker sandbox (the default, on
-the pinned image), the bubblewrap process sandbox, or both. Prints a pass/fail
-table; exit 0 only when every check passes.
-
-``--pipeline`` adds the end-to-end checks of the host RPC (nonce forgery,
-unknown sites, occurrence replay, oversized frames, concurrency, artifacts),
-``sandbox.acceptance_pipeline``. ``--attacks`` adds a subset of the attack corpus
-(``tests/sandbox/attacks``), checker bypassed and judged from the host: no host file,
-secret, network or leftover process, the deadline held, and a normal run afterwards
-succeeds (``sandbox.acceptance_attacks``).
-"""
+"""Isolation probes: hostile programs (real Python, not checked scripts) in a sandbox the
+production runner starts exactly as it starts a job's (``launch``: a fresh RPC directory,
+the host listening on its socket), judged by what they could do from the inside and
+what is left on the host afterwards."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
-import sys
 import tempfile
 import textwrap
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,14 +19,35 @@ from typing import Any
 
 from broker.envelope import SandboxLimits
 from broker.settings import Settings
-from sandbox.acceptance_attacks import ATTACK_CHECKS, run_attack_checks
-from sandbox.acceptance_pipeline import run_pipeline_checks, run_unchecked, script
+from tests.sandbox.attacks.harness import containers_left, marked_processes
 
-__all__ = ["ATTACK_CHECKS", "PROBES", "run_attack_checks", "run_isolation_checks",
-           "run_pipeline_checks", "run_unchecked", "script"]
-
+REPO = Path(__file__).resolve().parents[2]
+Result = tuple[str, bool, str]  # (check name, passed, detail)
 SECRET = "sk-acceptance-secret-0000"
-Result = tuple[str, bool, str]
+
+
+# Probe bodies the sandbox tests run too (``out`` is the probe's JSON report).
+FORK_BOMB = """
+import time
+made = 0
+try:
+    for _ in range(500):
+        if os.fork() == 0:
+            time.sleep(3)
+            os._exit(0)
+        made += 1
+except OSError as exc:
+    out["error"] = exc.errno
+out["made"] = made
+"""
+RPC_DIR_READ_ONLY = """
+out["listing"] = sorted(os.listdir("/rpc"))
+try:
+    open("/rpc/planted", "w").close()
+    out["write"] = "written"
+except OSError as exc:
+    out["write"] = exc.errno
+"""
 
 
 @dataclass
@@ -98,14 +100,8 @@ PROBES: list[Probe] = [
             except OSError as exc:
                 out[path] = exc.errno
         ''', lambda o: bool(o.out) and "written" not in o.out.values()),
-    Probe("RPC directory read-only", '''
-        out["listing"] = sorted(os.listdir("/rpc"))
-        try:
-            open("/rpc/planted", "w").close()
-            out["write"] = "written"
-        except OSError as exc:
-            out["write"] = exc.errno
-        ''', lambda o: o.out.get("listing") == ["rpc.sock"] and o.out["write"] == 30),
+    Probe("RPC directory read-only", RPC_DIR_READ_ONLY,
+          lambda o: o.out.get("listing") == ["rpc.sock"] and o.out["write"] == 30),
     Probe("RPC socket connectable", '''
         import socket, struct
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -140,19 +136,8 @@ PROBES: list[Probe] = [
         print("survived")
         ''', lambda o: "survived" not in o.output and o.code not in (0, None),
           limits={"memory_mb": 64}),
-    Probe("pids limit", '''
-        import time
-        made = 0
-        try:
-            for _ in range(500):
-                if os.fork() == 0:
-                    time.sleep(3)
-                    os._exit(0)
-                made += 1
-        except OSError as exc:
-            out["error"] = exc.errno
-        out["made"] = made
-        ''', lambda o: o.out.get("made", 999) < 32 and o.out.get("error") == 11,
+    Probe("pids limit", FORK_BOMB,
+          lambda o: o.out.get("made", 999) < 32 and o.out.get("error") == 11,
           limits={"pids": 32}),
     Probe("CPU/timeout kill", "while True:\n    pass\n",
           lambda o: o.timed_out and o.code is not None and not o.leftover, wait=3.0),
@@ -230,18 +215,6 @@ def _serve(listener: socket.socket, done: threading.Event, got: list[dict[str, A
         return
 
 
-def _mentioning(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if token.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def run_probe(runner_for: Callable[[tuple[str, ...]], Any], python: str, probe: Probe,
               workdir: Path, host: dict[str, Any]) -> Outcome:
     token = f"revise-acceptance-{uuid.uuid4().hex}"
@@ -269,7 +242,7 @@ def run_probe(runner_for: Callable[[tuple[str, ...]], Any], python: str, probe: 
     except (ValueError, IndexError):
         out = {}
     return Outcome(code, out if isinstance(out, dict) else {}, output, timed_out,
-                   got[0] if got else None, _mentioning(token))
+                   got[0] if got else None, marked_processes(token))
 
 
 def _runner_factory(kind: str, settings: Settings) -> tuple[Callable[..., Any], str]:
@@ -290,10 +263,9 @@ def run_isolation_checks(kind: str, settings: Settings | None = None, *,
     results: list[Result] = []
     os.environ["REVISE_PROVIDER_API_KEY"] = SECRET  # must never reach a sandbox
     with tempfile.TemporaryDirectory(prefix="revise-acceptance-") as tmp:
-        host = {"pid": os.getpid(), "home": tmp,
-                "source": str(Path(__file__).resolve().parent.parent)}
+        host = {"pid": os.getpid(), "home": tmp, "source": str(REPO)}
         for probe in PROBES:
-            if only and only not in probe.name:
+            if only and only not in f"{kind}: {probe.name}":
                 continue
             try:
                 outcome = run_probe(runner_for, python, probe, Path(tmp), host)
@@ -302,58 +274,8 @@ def run_isolation_checks(kind: str, settings: Settings | None = None, *,
             except Exception as exc:  # a check that crashes is a failed check
                 ok, detail = False, f"{type(exc).__name__}: {exc}"[:70]
             results.append((f"{kind}: {probe.name}", ok, detail.replace("\n", " ")))
-    if kind == "docker" and (not only or "removed" in only):
-        results.append(("docker: container removed after kill", not _containers_left(),
+    removed = "docker: container removed after kill"
+    if kind == "docker" and (not only or only in removed):
+        results.append((removed, not containers_left(),
                         "no labelled container of this process left"))
     return results
-
-
-def _containers_left() -> bool:
-    import docker
-
-    from sandbox.docker_runner import LABEL_OWNER, _owner
-
-    client = docker.from_env()
-    return bool(client.containers.list(all=True,
-                                       filters={"label": f"{LABEL_OWNER}={_owner()}"}))
-
-
-def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    parser = argparse.ArgumentParser(prog="python -m sandbox.acceptance",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runner", choices=("docker", "process", "all"), default="docker")
-    parser.add_argument("--only", help="run the checks whose name contains this")
-    parser.add_argument("--pipeline", action="store_true",
-                        help="also the end-to-end RPC checks through the pipeline")
-    parser.add_argument("--attacks", action="store_true",
-                        help="also attacks from the corpus, judged from the host")
-    args = parser.parse_args(argv)
-    kinds = ("docker", "process") if args.runner == "all" else (args.runner,)
-    started = time.monotonic()
-    results: list[Result] = []
-    for kind in kinds:
-        try:
-            results += run_isolation_checks(kind, only=args.only)
-        except Exception as exc:  # the runner itself cannot start: every check fails
-            results.append((f"{kind}: runner available", False, f"{exc}"[:200]))
-        if args.pipeline:
-            results += run_pipeline_checks(kind)
-        if args.attacks:
-            try:
-                results += run_attack_checks(kind, only=args.only)
-            except Exception as exc:  # the services cannot even open: every check fails
-                results.append((f"{kind} attack: services available", False, f"{exc}"[:200]))
-    table = Table("check", "result", "detail", title=f"{time.monotonic() - started:.1f}s")
-    for name, ok, detail in results:
-        table.add_row(name, "[green]pass[/]" if ok else "[red]FAIL[/]", detail)
-    Console().print(table)
-    failed = [name for name, ok, _ in results if not ok]
-    print(f"{len(results) - len(failed)} passed, {len(failed)} failed")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,100 @@
+"""A claimed attempt's life in the store: read back by its executor, taken once as its
+request leaves, withdrawn when its revision stops, renewed only by its owner (SQLite and
+PostgreSQL)."""
+
+from __future__ import annotations
+
+import time
+
+from broker.claim import budget_check
+from broker.envelope import Budget
+from broker.identity import Identity, call_bytes, call_digest
+from broker.records import AttemptStatus, CallClaim
+
+from .test_store import RUN, begin_wave, run_parallel, slot
+
+PAYLOAD = {"prompt": "a fox", "size": "512x512"}
+
+
+def _claim(store, n: int, *, take: int = 1, owner: str = "asker:1", budget=None):
+    payload = {**PAYLOAD, "prompt": f"a fox {n}"}
+    claim = CallClaim(Identity("orchestrate/#0", (), n), "image.generate",
+                      call_digest(payload, take), payload=call_bytes(payload, take),
+                      take=take, fingerprint="fp", chain_fingerprint="chain", line=7)
+    return begin_wave(store, [claim], owner=owner, budget=budget)[0], payload
+
+
+def test_an_executor_reads_back_exactly_what_was_claimed(store):
+    first, payload = _claim(store, 0)
+    second, payload2 = _claim(store, 1, take=2)
+    ids = [first.attempt.id, second.attempt.id]
+    calls = {c.attempt.id: c for c in store.claimed_calls(RUN, 1, [*ids, 10_000])}
+    assert calls[first.attempt.id].payload == payload
+    assert calls[second.attempt.id].payload == payload2  # a further take's blob unwrapped
+    attempt = calls[second.attempt.id].attempt
+    assert (attempt.take, attempt.fingerprint, attempt.chain_fingerprint, attempt.line) == (
+        2, "fp", "chain", 7)
+    assert store.claimed_calls("another-run", 1, ids) == []
+    assert store.claimed_calls(RUN, 2, ids) == []
+    assert store.take_attempt(first.attempt.id, "broker:1")
+    assert [c.attempt.id for c in store.claimed_calls(RUN, 1, ids)] == [second.attempt.id]
+
+
+def test_one_taker_sends_an_attempt(store):
+    claimed, _ = _claim(store, 0)
+    won = run_parallel(6, lambda i: store.take_attempt(claimed.attempt.id, f"broker:{i}"))
+    assert sum(won) == 1
+    taken = store.latest_attempt(RUN, claimed.attempt.identity)
+    assert taken.sent_at is not None and taken.owner == f"broker:{won.index(True)}"
+
+
+def test_a_withdrawn_claim_is_never_taken_and_costs_nothing(store):
+    budget = budget_check(Budget(max_calls=1))
+    claimed, _ = _claim(store, 0, budget=budget)
+    taken, _ = _claim(store, 1, owner="other:1", budget=budget)
+    assert taken.over_budget is not None  # the first claim holds the only call
+    assert store.withdraw_unsent(RUN, 1, "someone-else:1", "stopped") == []
+    assert store.withdraw_unsent(RUN, 1, "asker:1", "stopped") == [claimed.attempt.id]
+    assert not store.take_attempt(claimed.attempt.id, "broker:1")
+    withdrawn = store.latest_attempt(RUN, claimed.attempt.identity)
+    assert withdrawn.status is AttemptStatus.ABANDONED and withdrawn.sent_at is None
+    again, _ = _claim(store, 1, budget=budget)  # never sent: the budget has room again
+    assert again.claimed and again.attempt.number == 0
+    assert store.take_attempt(again.attempt.id, "broker:1")
+    assert store.withdraw_unsent(RUN, 1, "asker:1", "stopped") == []  # sent: stays
+
+
+def test_a_claim_of_a_stopped_revision_is_never_taken(store):
+    claimed, _ = _claim(store, 0)
+    store.finish_revision(RUN, 1, "stopped", {})
+    assert not store.take_attempt(claimed.attempt.id, "broker:1")
+
+
+def test_an_owner_renews_only_what_it_still_owns(store):
+    mine, _ = _claim(store, 0, owner="host-a:11:1")
+    taken, _ = _claim(store, 1, owner="host-a:11:2")
+    assert store.take_attempt(taken.attempt.id, "host-b:22:1")  # a broker took it
+    before = {a.id: a.heartbeat_at for a in store.list_attempts(RUN)}
+    time.sleep(0.01)
+    store.heartbeat_attempts([mine.attempt.id, taken.attempt.id], owner="host-a:11:")
+    after = {a.id: a.heartbeat_at for a in store.list_attempts(RUN)}
+    assert after[mine.attempt.id] > before[mine.attempt.id]
+    assert after[taken.attempt.id] == before[taken.attempt.id]  # the broker's to renew
+
+
+def test_settled_attempts_come_with_their_slots(store):
+    done, _ = _claim(store, 0)
+    failed, _ = _claim(store, 1)
+    waiting, _ = _claim(store, 2)
+    for claimed in (done, failed):
+        assert store.take_attempt(claimed.attempt.id, "broker:1")
+    committed = slot(done.attempt.identity, capability="image.generate",
+                     digest=done.attempt.digest)
+    store.commit(committed, done.attempt.id)
+    store.fail_attempt(failed.attempt.id, {"code": "invalid_request", "charged": "no"})
+    seen = {a.id: (a.status, s) for a, s in store.settled(
+        RUN, [done.attempt.id, failed.attempt.id, waiting.attempt.id])}
+    assert seen[done.attempt.id][0] is AttemptStatus.SUCCEEDED
+    assert seen[done.attempt.id][1].result == committed.result
+    assert seen[failed.attempt.id] == (AttemptStatus.FAILED, None)
+    assert seen[waiting.attempt.id] == (AttemptStatus.PENDING, None)

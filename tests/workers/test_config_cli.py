@@ -1,0 +1,85 @@
+"""`revise config` shows every layer's settings and their problems; every other command
+warns about a variable nothing reads."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from broker.settings import Settings
+from tests.broker.test_settings_env import _revise
+
+
+def test_a_misspelt_variable_is_a_warning_line_for_every_command(tmp_path: Path) -> None:
+    done = _revise("runs", env={"REVISE_DATABSE_URL": "sqlite:///x.db"}, tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if "REVISE_DATABSE_URL" in line]
+    assert lines == ["WARNING revise.settings: REVISE_DATABSE_URL is not a Revise setting "
+                     "and is ignored; did you mean REVISE_DATABASE_URL?"]
+
+
+def test_revise_config_shows_every_setting_masked_with_its_source(tmp_path: Path) -> None:
+    done = _revise("config", "--json", tmp_path=tmp_path, env={
+        "REVISE_DATABASE_URL": "postgres://revise:s3cret@127.0.0.1:1/nowhere",
+        "REVISE_MODEL_API_KEY": "sk-s3cret", "REVISE_CELERY_QUEUE_PREFIX": "a-",
+        "REVISE_PROCESS_ISOLATION": "weak", "REVISE_FLOWER_AUTH": "ops:s3cret"})
+    assert done.returncode == 0, done.stderr
+    assert "s3cret" not in done.stdout + done.stderr
+    data = json.loads(done.stdout)
+    rows = {row["variable"]: row for row in data["settings"]}
+    assert rows["REVISE_DATABASE_URL"] == {
+        "variable": "REVISE_DATABASE_URL", "source": "env",
+        "value": "postgresql+psycopg://revise:***@127.0.0.1:1/nowhere"}
+    assert rows["REVISE_MODEL_API_KEY"]["value"] == "***"
+    assert rows["REVISE_FLOWER_AUTH"]["value"] == "***"
+    assert rows["REVISE_FLOWER_ADDRESS"]["value"] == "127.0.0.1"
+    assert rows["REVISE_CELERY_QUEUE_PREFIX"] == {
+        "variable": "REVISE_CELERY_QUEUE_PREFIX", "value": "a-", "source": "env"}
+    assert rows["REVISE_PROCESS_ISOLATION"]["value"] == "weak"
+    assert rows["REVISE_LEDGER_POLICY"] == {
+        "variable": "REVISE_LEDGER_POLICY", "value": "auto", "source": "default"}
+    assert set(rows) >= {f"REVISE_{f.upper()}" for f in Settings.model_fields}
+    assert data["problems"] == []
+    human = _revise("config", tmp_path=tmp_path, env={"REVISE_SANDBOX": "process"})
+    assert re.search(r"REVISE_SANDBOX\s.*process\s.*env", human.stdout), human.stdout
+
+
+def test_revise_config_check_is_one_line_per_problem(tmp_path: Path) -> None:
+    ok = _revise("config", "--check", env={}, tmp_path=tmp_path)
+    assert ok.returncode == 0 and ok.stdout.startswith("ok: ")
+    done = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_DATABASE_URL": "postgres://u:s3cret@db:port/r", "REVISE_CELERY_LEASE_SECONDZ": "9",
+        "REVISE_CELERY_WAVE_CHUNK": "0"})
+    assert done.returncode == 2
+    assert "s3cret" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 3, lines
+    assert all(line.startswith("error: ") for line in lines)
+    assert lines[0].startswith("error: REVISE_DATABASE_URL: cannot be parsed")
+    assert lines[1].startswith("error: REVISE_CELERY_WAVE_CHUNK: ")
+    assert lines[2] == ("error: REVISE_CELERY_LEASE_SECONDZ is not a Revise setting and is "
+                        "ignored; did you mean REVISE_CELERY_LEASE_SECONDS?")
+    as_json = _revise("config", "--check", "--json", tmp_path=tmp_path,
+                      env={"REVISE_SANBOX": "process"})
+    assert as_json.returncode == 2
+    assert json.loads(as_json.stdout) == {"ok": False, "problems": [
+        "REVISE_SANBOX is not a Revise setting and is ignored; did you mean REVISE_SANDBOX?"]}
+
+
+def test_revise_config_check_names_what_a_role_would_refuse(tmp_path: Path) -> None:
+    """Problems between settings, per role, without connecting to anything."""
+    done = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_PROVIDER": "http", "REVISE_FLOWER_ADDRESS": "0.0.0.0"})
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "error: broker workers would start degraded: REVISE_PROVIDER=http needs "
+        "REVISE_PROVIDER_BASE_URL, e.g. https://api.openai.com/v1",
+        "error: flower would refuse to start: Flower would be reachable from other hosts at "
+        "0.0.0.0 without authentication (it can shut workers down); set REVISE_FLOWER_AUTH="
+        "user:password (Flower's basic auth; serve it over TLS) or Flower's --auth options, "
+        "or keep REVISE_FLOWER_ADDRESS=127.0.0.1"]
+    fixed = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1",
+        "REVISE_FLOWER_ADDRESS": "0.0.0.0", "REVISE_FLOWER_AUTH": "ops:s3cret"})
+    assert fixed.returncode == 0 and "s3cret" not in fixed.stdout + fixed.stderr
