@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -65,27 +66,39 @@ def run_unchecked(services: Any, run_id: str, text: str, args: Any, envelope: En
 
 
 class Canary:
-    """A TCP port on 127.0.0.1 that counts every connection made to it."""
+    """A TCP port on 127.0.0.1 that counts every connection made to it.
+
+    Reading ``connections`` first accepts whatever waits in the backlog, so a connection
+    the kernel completed is counted even when the serving thread has not run since.
+    """
 
     def __init__(self) -> None:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind(("127.0.0.1", 0))
         self._sock.listen(16)
-        self._sock.settimeout(0.2)
         self.port: int = self._sock.getsockname()[1]
-        self.connections = 0
+        self._count = 0
+        self._lock = threading.Lock()
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._thread.start()
 
+    @property
+    def connections(self) -> int:
+        self._accept_waiting(0)
+        return self._count
+
+    def _accept_waiting(self, wait: float) -> None:
+        with self._lock:
+            while select.select([self._sock], [], [], wait)[0]:
+                conn, _ = self._sock.accept()
+                self._count += 1
+                conn.close()
+                wait = 0
+
     def _serve(self) -> None:
         while not self._done.is_set():
-            try:
-                conn, _ = self._sock.accept()
-            except OSError:  # the accept timeout, or the socket closed
-                continue
-            self.connections += 1
-            conn.close()
+            self._accept_waiting(0.2)
 
     def close(self) -> None:
         self._done.set()
