@@ -794,7 +794,11 @@ def _require_head(found: str | None, where: str) -> None:
 def _create_engine(url: URL, busy_timeout_ms: int) -> Engine:
     if url.get_backend_name() != "sqlite":
         connect_args = {"connect_timeout": 10} if url.get_backend_name() == "postgresql" else {}
-        engine = create_engine(url, connect_args=connect_args)
+        # At most 15 connections a process, as SQLAlchemy's default (5 + 10 overflow), but
+        # 10 of them kept: a worker's threads use 6-15 at once under load, and an overflow
+        # connection is closed on return, so the default opened ~4 a job (a server process
+        # each) where this opens ~1.
+        engine = create_engine(url, connect_args=connect_args, pool_size=10, max_overflow=5)
         _ping_when_idle(engine)
         return engine
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):

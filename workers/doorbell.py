@@ -4,8 +4,14 @@ The answer itself is in the run store, and only there (the committed slot, or th
 attempt failed, uncertain or unresolved): the side that asked reads it back. The
 doorbell only says *when* to read: a broker worker that settled an attempt publishes
 its run and revision on the asker's channel (one Redis channel per sandbox worker
-process, named in the capability task). A lost ring costs a poll period, never an
-answer: a waiter also looks at the store every ``poll`` seconds.
+process, named in the capability task).
+
+A ring can be lost only while the channel is not subscribed (Redis away, the first
+moments of the listener) or when the publish itself fails. So whenever the
+subscription is confirmed, and whenever it is lost, every waiter is rung: it reads
+the store once, which finds whatever was settled meanwhile. ``listening`` says
+whether the subscription stands; a waiter also reads the store on a slow period of
+its own, for a publish that failed.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Doorbell:
         self._lock = threading.Lock()
         self._waiters: dict[Key, set[threading.Event]] = {}
         self._thread: threading.Thread | None = None
+        self.listening = False  # the channel's subscription is confirmed and stands
 
     @contextmanager
     def waiting(self, run_id: str, revision: int) -> Iterator[threading.Event]:
@@ -66,19 +73,33 @@ class Doorbell:
     def _listen(self) -> None:
         delay = 0.5
         while True:
+            pubsub = self._redis.pubsub()
             try:
-                pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
                 pubsub.subscribe(self.channel)
-                delay = 0.5
                 while True:
                     message = pubsub.get_message(timeout=5.0)
-                    if message is not None:
+                    if message is None:
+                        continue
+                    if message.get("type") == "subscribe":
+                        self.listening, delay = True, 0.5
+                        self._ring_all()  # a ring sent before now may be lost: look once
+                    elif message.get("type") == "message":
                         self._rang(message.get("data"))
             except redis.RedisError as exc:  # waiters poll the store meanwhile
+                self.listening = False
+                self._ring_all()  # so they poll on the short period from now
                 log.warning("doorbell %s lost its Redis (%s); listening again", self.channel,
                             exc)
                 threading.Event().wait(delay)
                 delay = min(delay * 2, 10.0)
+            finally:
+                pubsub.close()
+
+    def _ring_all(self) -> None:
+        with self._lock:
+            events = [event for waiting in self._waiters.values() for event in waiting]
+        for event in events:
+            event.set()
 
     def _rang(self, data: object) -> None:
         text = data.decode("utf-8", "replace") if isinstance(data, bytes) else str(data)

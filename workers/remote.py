@@ -17,6 +17,12 @@ took are withdrawn (nothing was sent, nothing is paid). Why waiting here cannot
 deadlock: the sandbox worker waits only on tasks of the ``capabilities`` queue, which
 sandbox workers never consume; broker workers never wait on anything queued.
 
+The store is read when the doorbell rings, every ``_POLL_SECONDS`` until a broker
+worker took every call of the wave (what a call nobody takes needs is decided from
+it), and from then on every ``_RING_POLL_SECONDS`` while the doorbell listens (a ring
+can then be lost only when its publish failed; the doorbell rings every waiter when
+it starts or stops listening).
+
 The wait is bounded by what the store and the transport say, not by a constant: an
 attempt whose owner died stops the call fail-closed (``AttemptUnresolved``), a read-
 only one is claimed and sent again (a few times); a task whose attempts nobody took
@@ -67,7 +73,8 @@ from workers.transport import Transport
 
 log = logging.getLogger("revise.remote")
 
-_POLL_SECONDS = 2.0  # between looks at the store while no doorbell rings
+_POLL_SECONDS = 2.0  # between looks at the store while a call is untaken or no doorbell listens
+_RING_POLL_SECONDS = 10.0  # between looks while every call is taken and the doorbell listens
 _TAKEN_WITHIN = 1.0  # a call still queued after this long makes the wait look for brokers
 _PARK_LOOK = 0.5  # between looks at the store while a wave that may park waits for a taker
 _RESENDS = 1  # a lost capability task is sent again this many times
@@ -214,13 +221,13 @@ class RemoteExecutor:
         is claimed again)."""
         deadline = time.monotonic() + self.wait_seconds
         nobody_since: float | None = None
-        looked = -_POLL_SECONDS  # when the store was last read
+        looked = time.monotonic()  # the calls were just claimed: nothing is settled yet
         while waiting:
             since = time.monotonic() - looked
             # Besides the doorbell and the poll period, a wave that may park needs to know
             # whether its calls were taken (only calls in flight at a broker may park).
             unsure = any(w.attempt.sent_at is None for w in waiting.values())
-            if rang.is_set() or since >= _POLL_SECONDS or (
+            if rang.is_set() or since >= self._period(unsure) or (
                     unsure and since >= _PARK_LOOK and self._park_due(waiting)):
                 rang.clear()
                 looked = time.monotonic()
@@ -247,8 +254,9 @@ class RemoteExecutor:
                 if lost is not None:
                     yield lost
                     return
-            rang.wait(max(0.0, min(looked + _POLL_SECONDS - time.monotonic(),
-                                   self._poll(waiting))))
+            unsure = any(w.attempt.sent_at is None for w in waiting.values())
+            rang.wait(max(0.0, min(looked + self._period(unsure), deadline,
+                                   self._next_park_look(waiting)) - time.monotonic()))
 
     def _look(self, waiting: dict[int, _Waiting], held: set[int]) -> Iterator[CallReport]:
         """The reports of the calls the store says are settled (none while it is away)."""
@@ -392,11 +400,19 @@ class RemoteExecutor:
                 one.sent_at, one.resends = now, one.resends + 1
         return None
 
-    def _poll(self, waiting: dict[int, _Waiting]) -> float:
-        """How long to wait for the doorbell before looking again: the poll period, or
-        less when the wave may park sooner."""
+    def _period(self, unsure: bool) -> float:
+        """Between looks at the store without a ring: short while a call may still be
+        untaken (``unsure``) or no doorbell listens; once only a ring is awaited, long,
+        but within half a lease (an attempt whose broker died is seen soon after its
+        lease expired)."""
+        if unsure or not self.doorbell.listening:
+            return _POLL_SECONDS
+        return max(_POLL_SECONDS, min(_RING_POLL_SECONDS, self.lease_seconds / 2))
+
+    def _next_park_look(self, waiting: dict[int, _Waiting]) -> float:
+        """When the wave may park next (monotonic time; infinity: it cannot)."""
         look = self.park.next_look(min(w.sent_at for w in waiting.values()))
-        return min(_POLL_SECONDS, _POLL_SECONDS if look is None else look)
+        return float("inf") if look is None else time.monotonic() + look
 
     def _no_answer(self, one: _Waiting, why: str) -> CallReport:
         request = one.request
