@@ -23,6 +23,7 @@ from sandbox.job import remove_rpc_dir
 from sandbox.process_profile import ProcessSettings
 from sandbox.runner import ProcessRunner
 from tests.acceptance.probes import FORK_BOMB
+from tests.sandbox.attacks.harness import marked_processes
 
 
 def _probe(body: str) -> str:
@@ -33,18 +34,6 @@ def _probe(body: str) -> str:
 
 def _result(output: str) -> dict:
     return json.loads(output.strip().splitlines()[-1])
-
-
-def _processes_mentioning(token: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if token.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def _uid_of(pid: int) -> int:
@@ -275,16 +264,16 @@ def test_a_setsid_daemon_dies_with_the_sandbox(process_python, rpc_dirs):
     launched = runner.launch("daemon", rpc_dirs(), SandboxLimits())
     try:
         deadline = time.monotonic() + 30
-        while len(_processes_mentioning(token)) < 3 and time.monotonic() < deadline:
+        while len(marked_processes(token)) < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
-        inside = _processes_mentioning(token)
+        inside = marked_processes(token)
         assert len(inside) >= 2, launched.sandbox.output()
         outer = launched.sandbox.pid  # type: ignore[attr-defined]
         uids = {_uid_of(pid) for pid in (*inside, outer)}
     finally:
         launched.sandbox.cleanup()
         launched.listener.close()
-    assert _processes_mentioning(token) == []
+    assert marked_processes(token) == []
     assert 0 not in uids  # not root outside either
     if os.geteuid() == 0:
         assert uids == {65534}
@@ -436,16 +425,16 @@ def test_the_sandbox_dies_with_a_killed_host(process_python, tmp_path):
                                             "TMPDIR": str(scratch)})
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "started"
-        assert _processes_mentioning(f"{token}-sandbox")
+        assert marked_processes(f"{token}-sandbox")
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
         if proc.poll() is None:
             proc.kill()
     deadline = time.monotonic() + 10
-    while _processes_mentioning(f"{token}-sandbox") and time.monotonic() < deadline:
+    while marked_processes(f"{token}-sandbox") and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_mentioning(f"{token}-sandbox") == []
+    assert marked_processes(f"{token}-sandbox") == []
     for left in set(Path(tempfile.gettempdir()).glob("revise-bwrap-*")) - mount_dirs:
         for mount_point in left.iterdir():
             mount_point.rmdir()  # empty: the binds lived in the dead host's namespace
