@@ -1,4 +1,5 @@
-"""A sandbox that is a child process of the host (bubblewrap, or the weak child).
+"""A sandbox that is a process the host started (bubblewrap, through the host's
+``sandbox.spawner``, or the weak child, a child of the host itself).
 
 Its stdout and stderr go to a log file in a private host directory (bounded by
 the sandbox's RLIMIT_FSIZE); ``output`` reads the tail. ``kill`` ends the whole
@@ -17,14 +18,26 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Protocol
 
 from sandbox.channel import ready
 
 _KILL_WAIT = 10.0
 
 
+class SandboxProcess(Protocol):
+    """What a sandbox needs of its outer process (``subprocess.Popen`` has it, and so does
+    ``sandbox.spawner.Spawned``)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def kill(self) -> None: ...
+
+
 class ChildSandbox:
-    def __init__(self, proc: subprocess.Popen[bytes], workdir: tempfile.TemporaryDirectory[str],
+    def __init__(self, proc: SandboxProcess, workdir: tempfile.TemporaryDirectory[str],
                  log_path: Path, *, tail_bytes: int = 8192, init_pidfd: int | None = None
                  ) -> None:
         self._proc = proc
@@ -49,11 +62,17 @@ class ChildSandbox:
         with self._lock:
             self._kill_namespace()
             if self._proc.poll() is None:
-                try:
-                    os.killpg(self._proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+                self._kill_process()
             self._proc.wait()
+
+    def _kill_process(self) -> None:
+        if not isinstance(self._proc, subprocess.Popen):  # bwrap: its namespace is killed
+            self._proc.kill()
+            return
+        try:  # the weak child leads a process group of its own, its children in it
+            os.killpg(self._proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def _kill_namespace(self) -> None:
         fd = self._init_pidfd
@@ -124,7 +143,7 @@ def init_pidfd(info_fd: int, outer_pid: int, timeout: float) -> tuple[int, int] 
     return pid, fd
 
 
-def wait_until_armed(pid: int, proc: subprocess.Popen[bytes], timeout: float) -> bool:
+def wait_until_armed(pid: int, proc: SandboxProcess, timeout: float) -> bool:
     """Wait until the sandbox's init has finished its setup; False if it (or bwrap) ended.
 
     bwrap's init re-arms its parent-death signal (lost with the uid switch of the setup)

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,12 +56,13 @@ from sandbox.job import (
 from sandbox.launch import Launched, launch_cold
 from sandbox.process_profile import BwrapFds, ProcessProfile, ProcessSettings, host_root_layout
 from sandbox.seccomp_bpf import compile_bpf
+from sandbox.spawner import Spawner, placeholder
 from sandbox.warm_pool import WarmLaunches
 
 _CLONE_NEWNET = 0x40000000
-_CLONE_NEWNS = 0x00020000
-_MS_BIND, _MS_REC, _MS_PRIVATE = 0x1000, 0x4000, 0x40000
 _PR_SET_PDEATHSIG = 1
+_FD_OPTIONS = ("--ro-bind-data", "--seccomp", "--info-fd")  # bwrap's arguments that are fds
+_SPAWNER = Spawner()  # this process's bwrap launcher
 # Loaded here, not between fork and exec, where dlopen could meet a lock held at fork.
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _SETUP_TIMEOUT = 30.0
@@ -80,17 +81,6 @@ class Runner(Protocol):
 
     def launch(self, run_id: str, rpc_dir: Path, limits: SandboxLimits) -> Launched: ...
     def close(self) -> None: ...  # stops warm pools
-
-
-def _set_rlimits(limits: tuple[tuple[int, int], ...], host: int) -> None:
-    """Runs in the child between fork and exec of bwrap (after any uid switch, which would
-    clear it): the rlimits, and death with the host from the first instruction of bwrap
-    on (bwrap arms its own only after it has cloned the sandbox)."""
-    for which, value in limits:
-        resource.setrlimit(which, (value, value))
-    _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != host:  # the host died before the signal was armed
-        os._exit(1)
 
 
 @contextlib.contextmanager
@@ -194,7 +184,7 @@ class ProcessRunner(WarmLaunches):
     def _spawn(self, tool: BwrapTool, profile: ProcessProfile, job: SandboxJob) -> ChildSandbox:
         workdir = tempfile.TemporaryDirectory(prefix="revise-proc-")
         log_path = Path(workdir.name) / "output.log"
-        rpc_source, enter = _entry(tool, profile, job.rpc_dir)
+        rpc_source, setup = _entry(tool, profile, job.rpc_dir)
         with contextlib.ExitStack() as stack:
             contents = [(name, (SANDBOX_DIR / name).read_bytes()) for name in RUNTIME_FILES]
             if profile.compiled_runtime:
@@ -205,14 +195,12 @@ class ProcessRunner(WarmLaunches):
             info_r, info_w = os.pipe()
             stack.callback(os.close, info_r)
             fds = BwrapFds(files, seccomp, info_w)
+            argv = _naming_inherited(profile.command_line(tool.path, rpc_source, fds), fds.all())
             try:
                 with open(log_path, "wb") as log:
-                    proc = subprocess.Popen(
-                        profile.command_line(tool.path, rpc_source, fds), env={}, cwd="/",
-                        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                        close_fds=True, pass_fds=fds.all(), start_new_session=True,
-                        preexec_fn=enter)
-            except (OSError, subprocess.SubprocessError) as exc:
+                    proc = _SPAWNER.spawn(argv, stdout=log.fileno(), inherited=fds.all(),
+                                          **setup)
+            except OSError as exc:
                 workdir.cleanup()
                 raise SandboxUnavailable(f"cannot start bwrap ({tool.path}): {exc}") from None
             finally:
@@ -229,39 +217,27 @@ class ProcessRunner(WarmLaunches):
 
 
 def _entry(tool: BwrapTool, profile: ProcessProfile, rpc_dir: Path
-           ) -> tuple[str, Callable[[], None]]:
-    """Where bwrap finds the RPC directory, and what the child runs before exec'ing it."""
+           ) -> tuple[str, dict[str, Any]]:
+    """Where bwrap finds the RPC directory, and the setup its process gets before bwrap
+    runs (``sandbox.spawner``: ``enter_as_root`` or ``set_rlimits``)."""
     if drops_privileges():
         binds = [(rpc_dir, rpc_mount_point())]
         if tool.bind is not None:
             binds.append((Path(tool.bind), tool_mount_point()))
-        encoded = tuple((os.fsencode(source), os.fsencode(target)) for source, target in binds)
-        return str(rpc_mount_point()), partial(_enter_as_root, encoded, profile.host_uid,
-                                               profile.host_gid, profile.rlimits(), os.getpid())
+        return str(rpc_mount_point()), {
+            "as_root": True, "binds": tuple((str(source), str(target)) for source, target in binds),
+            "uid": profile.host_uid, "gid": profile.host_gid, "rlimits": profile.rlimits()}
     # An unprivileged host: bwrap runs as the host's own uid, which reaches the directory.
-    return str(rpc_dir), partial(_set_rlimits, profile.rlimits(), os.getpid())
+    return str(rpc_dir), {"as_root": False, "rlimits": profile.rlimits()}
 
 
-def _enter_as_root(binds: tuple[tuple[bytes, bytes], ...], uid: int, gid: int,
-                   rlimits: tuple[tuple[int, int], ...], host: int) -> None:
-    """Runs in the child of a root host, between fork and exec of bwrap.
-
-    In a mount namespace of its own (private: nothing propagates to the host) the RPC
-    directory and bwrap's directory are bound on mount points the sandbox uid can reach,
-    wherever the host keeps them; then the child becomes the unprivileged sandbox uid
-    (so the sandbox is no root outside, and RLIMIT_NPROC binds it), and takes the
-    rlimits.
-    """
-    if (_LIBC.unshare(_CLONE_NEWNS) != 0
-            or _LIBC.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
-            or any(_LIBC.mount(source, target, None, _MS_BIND, None) != 0
-                   for source, target in binds)):
-        err = ctypes.get_errno()
-        raise OSError(err, f"cannot bind the sandbox's directories: {os.strerror(err)}")
-    os.setgroups([])
-    os.setgid(gid)
-    os.setuid(uid)
-    _set_rlimits(rlimits, host)
+def _naming_inherited(argv: list[str], inherited: tuple[int, ...]) -> list[str]:
+    """``argv`` with each descriptor bwrap reads (its options before ``--``) named as the
+    spawner places it."""
+    end = argv.index("--")
+    return [placeholder(inherited.index(int(arg)))
+            if 0 < i < end and argv[i - 1] in _FD_OPTIONS else arg
+            for i, arg in enumerate(argv)]
 
 
 def _preflight_report(code: int | None, output: str) -> tuple[dict[str, Any], str]:

@@ -12,9 +12,9 @@ The pool's own thread keeps it full and replaces warm sandboxes that died
 while idle (a claim also skips dead ones). Policy and isolation are exactly the
 cold path's: the pool calls the runner's own cold launch.
 
-Process sandboxes die with the thread that started them (``--die-with-parent``
-follows the parent thread), so they are started from the pool's long-lived
-thread, and ``close`` ends them; close the runner after its runs.
+The pool's own thread starts them (a sandbox may die with the thread that
+started it: ``--die-with-parent`` follows the parent thread), and ``close`` ends
+them; close the runner after its runs.
 """
 
 from __future__ import annotations
