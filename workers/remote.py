@@ -39,6 +39,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from celery import Celery
 
@@ -56,6 +57,7 @@ from broker.errors import (
     StoreUnavailable,
 )
 from broker.heartbeats import AttemptHeartbeats
+from broker.models import utcnow
 from broker.outage import is_queue_outage, queue_unavailable
 from broker.records import (
     COMMITTED_ATTEMPT_STATUSES,
@@ -82,7 +84,8 @@ _RESENDS = 1  # a lost capability task is sent again this many times
 
 @dataclass
 class _Waiting:
-    """One claimed call of a wave: its request, its attempt, when its task was sent."""
+    """One claimed call of a wave: its request, its attempt, when its task was sent and
+    when this process first saw a broker worker take it."""
 
     request: CallRequest
     attempt: AttemptRecord
@@ -90,6 +93,28 @@ class _Waiting:
     task_id: str
     resends: int = 0
     retries: int = 0  # a read-only call claimed again after its broker died
+    taken_at: float | None = None
+
+
+def _sent(waiting: dict[int, _Waiting]) -> float:
+    """When the wave's first task was sent."""
+    return min(w.sent_at for w in waiting.values())
+
+
+def _taken(waiting: dict[int, _Waiting]) -> float | None:
+    """Since when the wave's calls are in flight at broker workers, as this process saw
+    it: what a wave parks on, so a call that queued for a busy broker does not count its
+    queueing as a long wait (None: a call is not taken yet)."""
+    taken = [w.taken_at for w in waiting.values()]
+    return None if None in taken else min(t for t in taken if t is not None)
+
+
+def _taken_at(one: _Waiting, sent_at: datetime) -> float:
+    """This process's monotonic time for the take the store recorded at ``sent_at`` (the
+    broker's clock: a skew between hosts moves only when a wave may park), never before
+    the call's task was sent."""
+    ago = max(0.0, (utcnow() - sent_at).total_seconds())
+    return max(one.sent_at, time.monotonic() - ago)
 
 
 def capability_task_id(job_id: str, attempt_ids: Sequence[int]) -> str:
@@ -228,7 +253,7 @@ class RemoteExecutor:
             # whether its calls were taken (only calls in flight at a broker may park).
             unsure = any(w.attempt.sent_at is None for w in waiting.values())
             if rang.is_set() or since >= self._period(unsure) or (
-                    unsure and since >= _PARK_LOOK and self._park_due(waiting)):
+                    unsure and since >= _PARK_LOOK and self._park_due(_sent(waiting))):
                 rang.clear()
                 looked = time.monotonic()
                 for report in self._look(waiting, held):
@@ -278,6 +303,8 @@ class RemoteExecutor:
         """The call's report once its attempt is settled (None while it is not)."""
         one = waiting[attempt.id]
         one.attempt = attempt
+        if attempt.sent_at is not None and one.taken_at is None:
+            one.taken_at = _taken_at(one, attempt.sent_at)
         request = one.request
         status = attempt.status
         if status in COMMITTED_ATTEMPT_STATUSES and slot is not None:
@@ -346,8 +373,8 @@ class RemoteExecutor:
         broker worker and the park rule says so, or another wave of the job parked) or
         when its time is up; None while it waits on."""
         first = next(iter(waiting.values()))
-        if all(w.attempt.sent_at is not None for w in waiting.values()) and \
-                self._park_due(waiting):
+        taken = _taken(waiting)
+        if taken is not None and self._park_due(taken):
             self._parking.set()  # every other wave still waiting parks with it
         if self._parking.is_set():
             self.withdraw("the job parked")  # claimed again when it resumes
@@ -359,10 +386,9 @@ class RemoteExecutor:
             return self._no_answer(first, f"no answer within {self.wait_seconds:.0f} s")
         return None
 
-    def _park_due(self, waiting: dict[int, _Waiting]) -> bool:
-        """Has the wave waited long enough to park (if its calls are all in flight)?"""
-        return not (self._parking.is_set() or self._stopped.is_set()) and self.park.due(
-            min(w.sent_at for w in waiting.values()))
+    def _park_due(self, since: float) -> bool:
+        """Has a wave waiting since ``since`` waited long enough to park?"""
+        return not (self._parking.is_set() or self._stopped.is_set()) and self.park.due(since)
 
     def _brokers(self, nobody_since: float | None) -> float | None:
         """Since when no broker worker is alive to take a queued call (None: one is)."""
@@ -411,7 +437,8 @@ class RemoteExecutor:
 
     def _next_park_look(self, waiting: dict[int, _Waiting]) -> float:
         """When the wave may park next (monotonic time; infinity: it cannot)."""
-        look = self.park.next_look(min(w.sent_at for w in waiting.values()))
+        taken = _taken(waiting)
+        look = self.park.next_look(_sent(waiting) if taken is None else taken)
         return float("inf") if look is None else time.monotonic() + look
 
     def _no_answer(self, one: _Waiting, why: str) -> CallReport:

@@ -134,3 +134,25 @@ def test_a_job_parks_for_one_that_waits_for_its_slot(make_stack) -> None:
     assert sum(resumes) >= 1, "no job gave the slot to the one waiting for it"
     peak = peak_in_flight(ProviderLog(stack.settings.provider_log_path).lines())
     assert peak == 2, f"the two jobs' calls never overlapped (peak {peak})"
+
+
+def test_a_call_that_queued_for_a_broker_does_not_park_on_its_queueing(make_stack) -> None:
+    """A job parks when its calls have been in flight at broker workers long enough, not
+    when they waited in the queue for one: here the only broker worker starts after the
+    park threshold has passed since the call was sent, and the call, answered 1 s after a
+    broker takes it, is back before the threshold counted from the take."""
+    stack = make_stack(local_latency=1.0)
+    stack.env["REVISE_CELERY_PARK_AFTER_SECONDS"] = "3"
+    stack.worker("dispatch")
+    stack.worker("sandbox", concurrency=2)
+    stack.wait_ready(120)
+    handle = stack.client.submit(SEQUENTIAL, {"prompts": ["a"]}, Envelope(), "queued")
+    deadline = time.monotonic() + 60
+    while not stack.store.list_attempts("queued") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(4)  # the claimed call waits in the queue past the park threshold
+    stack.worker("capabilities", concurrency=4)
+    report = handle.wait(180)
+    assert report["status"] == "succeeded", report["error"]
+    assert stack.store.job_for_revision("queued", 1).resumes == 0
+    assert not [e for e in stack.store.list_events("queued") if e.kind == "parked"]
