@@ -87,6 +87,7 @@ class _Helper:
         self._lock = threading.Lock()
         self._exits: dict[int, tuple[subprocess.Popen[bytes], int]] = {}  # pid: (proc, pipe)
         self._children = threading.Condition(self._lock)
+        self._reporting = 0  # children reaped whose status is not written yet
 
     def serve(self) -> None:
         threading.Thread(target=self._reap, daemon=True).start()
@@ -142,6 +143,7 @@ class _Helper:
                 continue
             with self._lock:  # a failed start is reaped by its Popen, under this lock
                 entry = self._exits.pop(ended.si_pid, None)
+                self._reporting += entry is not None
             if entry is None:
                 continue
             proc, exit_pipe = entry
@@ -152,11 +154,12 @@ class _Helper:
                 pass
             os.close(exit_pipe)
             with self._children:
+                self._reporting -= 1
                 self._children.notify_all()
 
     def _wait_for_children(self) -> None:
         with self._children:
-            while self._exits:
+            while self._exits or self._reporting:
                 self._children.wait()
 
 

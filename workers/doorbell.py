@@ -81,8 +81,8 @@ class Doorbell:
                     if message is None:
                         continue
                     if message.get("type") == "subscribe":
-                        self.listening, delay = True, 0.5
                         self._ring_all()  # a ring sent before now may be lost: look once
+                        self.listening, delay = True, 0.5
                     elif message.get("type") == "message":
                         self._rang(message.get("data"))
             except redis.RedisError as exc:  # waiters poll the store meanwhile

@@ -10,12 +10,12 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from sandbox.spawner import Spawner, SpawnError, placeholder
+from tests.waiting import until
 
 PY = sys.executable
 
@@ -44,15 +44,6 @@ def _command_lines() -> list[tuple[int, bytes]]:
             except OSError:
                 continue
     return found
-
-
-def _until(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_the_exit_status_comes_back_and_a_wait_can_time_out(spawner, tmp_path) -> None:
@@ -126,7 +117,7 @@ def test_the_launcher_and_what_it_started_die_with_their_host() -> None:
         assert len(helpers) == 1 and _alive(started)
         host.send_signal(signal.SIGKILL)
         host.wait(10)
-        assert _until(lambda: not _alive(helpers[0]) and not _alive(started))
+        assert until(lambda: not _alive(helpers[0]) and not _alive(started))
     finally:
         host.kill()
         host.wait()

@@ -3,28 +3,19 @@ lost while the channel was not subscribed is made up by a ring to every waiter."
 
 from __future__ import annotations
 
-import time
 import uuid
 
 import redis
 
+from tests.waiting import until
 from workers.doorbell import Doorbell, ring
-
-
-def _until(condition, seconds: float = 10.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def test_a_ring_reaches_the_waiter_of_its_revision_only(redis_url) -> None:
     client = redis.Redis.from_url(redis_url)
     bell = Doorbell(client, "revise:t-doorbell:")
     with bell.waiting("run-a", 1) as a, bell.waiting("run-b", 1) as b:
-        assert _until(lambda: bell.listening)
+        assert until(lambda: bell.listening)
         a.clear()
         b.clear()  # the rings of the subscription itself
         ring(client, bell.channel, "run-a", 1)
@@ -51,7 +42,7 @@ def test_every_waiter_is_rung_when_the_subscription_starts_and_when_it_is_lost(
         assert len(listeners) == 1
         client.client_kill_filter(_id=listeners[0])
         assert waiter.wait(5)  # lost, or subscribed again: either way it looks once
-        assert _until(lambda: bell.listening)
+        assert until(lambda: bell.listening)
         waiter.clear()
         ring(client, bell.channel, "run-a", 1)
         assert waiter.wait(5)
