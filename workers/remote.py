@@ -251,7 +251,7 @@ class RemoteExecutor:
             since = time.monotonic() - looked
             # Besides the doorbell and the poll period, a wave that may park needs to know
             # whether its calls were taken (only calls in flight at a broker may park).
-            unsure = any(w.attempt.sent_at is None for w in waiting.values())
+            unsure = _taken(waiting) is None
             if rang.is_set() or since >= self._period(unsure) or (
                     unsure and since >= _PARK_LOOK and self._park_due(_sent(waiting))):
                 rang.clear()
@@ -279,9 +279,9 @@ class RemoteExecutor:
                 if lost is not None:
                     yield lost
                     return
-            unsure = any(w.attempt.sent_at is None for w in waiting.values())
-            rang.wait(max(0.0, min(looked + self._period(unsure), deadline,
-                                   self._next_park_look(waiting)) - time.monotonic()))
+            taken = _taken(waiting)
+            rang.wait(max(0.0, min(looked + self._period(taken is None), deadline,
+                                   self._next_park_look(waiting, taken)) - time.monotonic()))
 
     def _look(self, waiting: dict[int, _Waiting], held: set[int]) -> Iterator[CallReport]:
         """The reports of the calls the store says are settled (none while it is away)."""
@@ -435,9 +435,9 @@ class RemoteExecutor:
             return _POLL_SECONDS
         return max(_POLL_SECONDS, min(_RING_POLL_SECONDS, self.lease_seconds / 2))
 
-    def _next_park_look(self, waiting: dict[int, _Waiting]) -> float:
-        """When the wave may park next (monotonic time; infinity: it cannot)."""
-        taken = _taken(waiting)
+    def _next_park_look(self, waiting: dict[int, _Waiting], taken: float | None) -> float:
+        """When the wave may park next (monotonic time; infinity: it cannot); ``taken``:
+        ``_taken(waiting)``."""
         look = self.park.next_look(_sent(waiting) if taken is None else taken)
         return float("inf") if look is None else time.monotonic() + look
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import select
 import socket
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any
 from broker.envelope import Envelope, SandboxLimits
 from broker.providers import ProviderLog
 from broker.records import RunStatus
+from sandbox.channel import ready
 
 from .corpus import Attack
 
@@ -90,7 +90,7 @@ class Canary:
 
     def _accept_waiting(self, wait: float) -> None:
         with self._lock:
-            while select.select([self._sock], [], [], wait)[0]:
+            while ready(self._sock, wait):
                 conn, _ = self._sock.accept()
                 self._count += 1
                 conn.close()
