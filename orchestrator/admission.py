@@ -9,6 +9,7 @@ the prefix as it is when the job starts (``regate``).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from typing import Any
 
 from broker.records import SlotRecord
@@ -62,13 +63,22 @@ class Refusal:
 
 def admit(source: Source, slots: list[SlotRecord], *, relocation: str = "remap"
           ) -> Admission | Refusal:
-    checked = check(source.text)
-    if not checked.valid:
+    checked, annotated = _checked(source.text)
+    if annotated is None:
         return Refusal(checked, None)
-    tree = parse_python(source.text)
-    annotated: Annotated = annotate(source.text, tree)
     gate = check_gate(frozen_sites(slots), annotated.sites,
                       relocation=relocation)
     if not gate.accepted:
         return Refusal(checked, gate)
     return Admission(annotated.text, annotated.sites, gate)
+
+
+@lru_cache(maxsize=64)
+def _checked(text: str) -> tuple[CheckReport, Annotated | None]:
+    """The checker's verdict and, for a valid script, its annotation: both depend on the
+    text alone (and are immutable), so a script submitted again with other args, the
+    usual shape of a platform's jobs, is parsed and walked once per process."""
+    checked = check(text)
+    if not checked.valid:
+        return checked, None
+    return checked, annotate(text, parse_python(text))

@@ -125,10 +125,13 @@ def quiet_beat_sends(sender: Any = None, **_: Any) -> None:
 
 
 @after_setup_logger.connect
-def quiet_migrations(**_: Any) -> None:
-    """Alembic says which dialect it migrates at INFO each time a process opens the store:
-    two lines per task process, of no use to whoever reads a worker's log."""
-    logging.getLogger("alembic").setLevel(logging.WARNING)
+def quiet_libraries(**_: Any) -> None:
+    """Alembic says which dialect it migrates at INFO each time a process opens the store
+    (two lines per task process), httpx every request a broker worker sends (a line per
+    call beside the task's own two): of no use to whoever reads a worker's log, and at
+    hundreds of calls a second a cost (the line is formatted, then relayed by honcho)."""
+    for name in ("alembic", "httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 @worker_init.connect

@@ -107,5 +107,9 @@ def on_broker_worker_start(sender: Any = None, **_: Any) -> None:
         return
     ctx = app.tasks[CAPABILITY_TASK].context
     ctx.drain_spool_in_background()
+    try:
+        _ = ctx.provider  # built now: the first call would pay its imports (about 0.2 s)
+    except Exception as exc:  # the first call meets it again and stops with its message
+        log.warning("the provider could not be built yet: %s", exc)
     name = getattr(sender, "hostname", None) or "broker"
     ctx.brokers.keep_beating(name, ctx.settings.attempt_lease_seconds / 3)

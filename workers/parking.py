@@ -3,10 +3,10 @@
 A sandbox job whose calls have all been in flight at broker workers gives its
 sandbox and its slot back (``ParkRule`` says when, ``workers.remote`` asks it,
 ``orchestrator.pipeline`` leaves the revision running, the job row says ``parked``):
-after ``park_under_load_after_seconds`` if another job waits for a sandbox slot,
-after ``park_after_seconds`` whatever. A live sandbox that waits costs a few MB and
-a thread; a resume costs a sandbox start and the replay of the calls before it (CPU),
-so a job keeps its sandbox through short waits.
+after ``park_under_load_after_seconds`` to give its slot to a job that waits for one
+(as many parks as there are such jobs), after ``park_after_seconds`` whatever. A live
+sandbox that waits costs a few MB and a thread; a resume costs a sandbox start and the
+replay of the calls before it (CPU), so a job keeps its sandbox through short waits.
 
 Whoever settles the revision's last pending attempt wakes it: the broker
 worker that committed it, the job itself right after it parked (its calls may all
@@ -23,9 +23,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 from broker.errors import StoreUnavailable
 from broker.records import JobStatus
@@ -37,22 +38,42 @@ log = logging.getLogger("revise.parking")
 _LOAD_LOOK_SECONDS = 1.0  # between looks at the sandbox queue once parking could help it
 
 
+class SlotDemand(Protocol):
+    """Jobs that wait for a sandbox slot, as a waiting job's park rule sees them."""
+
+    def waiting(self) -> bool:
+        """Does a job wait for a slot that no park has given it yet?"""
+
+    def give(self) -> bool:
+        """One park gives its slot to one waiting job: False if none is left to give to."""
+
+
+class _NoDemand:
+    def waiting(self) -> bool:
+        return False
+
+    def give(self) -> bool:
+        return False
+
+
 @dataclass(frozen=True)
 class ParkRule:
     """When a wave whose calls are all in flight parks its job. ``after``: whatever the
-    load (None: never); ``under_load_after``: sooner, while ``slot_wanted()`` (another
-    job waits for a sandbox slot)."""
+    load (None: never); ``under_load_after``: sooner, to give its slot to a job that
+    waits for one (``demand``): one park for each such job, so a short queue does not
+    park every waiting job (each park costs a resume: a sandbox start and a replay)."""
 
     after: float | None
     under_load_after: float | None = None
-    slot_wanted: Callable[[], bool] = lambda: False
+    demand: SlotDemand = field(default_factory=_NoDemand)
 
-    def due(self, sent_at: float) -> bool:
-        waited = time.monotonic() - sent_at
-        if self.after is not None and waited >= self.after:
-            return True
-        return self.under_load_after is not None and waited >= self.under_load_after \
-            and self._wanted()
+    def due(self, since: float) -> bool:
+        """Could the wave park now? (Takes nothing: ``park`` decides.)"""
+        return self._long(since) or (self._loaded(since) and self._ask(self.demand.waiting))
+
+    def park(self, since: float) -> bool:
+        """Does the wave park now? A park for load gives its slot to one waiting job."""
+        return self._long(since) or (self._loaded(since) and self._ask(self.demand.give))
 
     def next_look(self, sent_at: float) -> float | None:
         """Seconds until ``due`` may turn true, or None if it cannot."""
@@ -62,31 +83,56 @@ class ParkRule:
             looks.append(max(sent_at + self.under_load_after - now, _LOAD_LOOK_SECONDS))
         return max(min(looks), 0.1) if looks else None
 
-    def _wanted(self) -> bool:
+    def _long(self, since: float) -> bool:
+        return self.after is not None and time.monotonic() - since >= self.after
+
+    def _loaded(self, since: float) -> bool:
+        return self.under_load_after is not None and \
+            time.monotonic() - since >= self.under_load_after
+
+    @staticmethod
+    def _ask(question: Callable[[], bool]) -> bool:
         try:
-            return self.slot_wanted()
+            return question()
         except Exception as exc:  # Redis is away: no load seen, the job keeps its slot
             log.warning("could not see whether jobs wait for a sandbox slot: %s", exc)
             return False
 
 
 class QueueLoad:
-    """Do jobs wait on a queue for a slot? Looked up at most every ``every`` seconds per
-    process, however many of its waiting jobs ask."""
+    """The jobs that wait on a queue for a slot, as one process's parks see them: the
+    queue is looked up at most every ``every`` seconds however many waiting jobs ask,
+    less the slots this process's parks gave lately (a freed slot takes a moment to
+    take its message, so a look right after a park may still count the job it serves)."""
 
     def __init__(self, count: Callable[[], int], every: float = _LOAD_LOOK_SECONDS) -> None:
         self._count = count
         self._every = every
         self._lock = threading.Lock()
         self._seen_at = -every
-        self._waiting = False
+        self._left = 0  # waiting jobs no park of this process has given a slot yet
+        self._given: deque[float] = deque()  # when this process's parks gave a slot
 
     def waiting(self) -> bool:
         with self._lock:
-            if time.monotonic() - self._seen_at >= self._every:
-                self._seen_at = time.monotonic()
-                self._waiting = self._count() > 0
-            return self._waiting
+            return self._look() > 0
+
+    def give(self) -> bool:
+        with self._lock:
+            if self._look() <= 0:
+                return False
+            self._left -= 1
+            self._given.append(time.monotonic())
+            return True
+
+    def _look(self) -> int:
+        now = time.monotonic()
+        if now - self._seen_at >= self._every:
+            self._seen_at = now
+            while self._given and now - self._given[0] > 2 * self._every:
+                self._given.popleft()
+            self._left = self._count() - len(self._given)
+        return self._left
 
 
 def wake(ctx: Any, app: Any, run_id: str, revision: int) -> bool:

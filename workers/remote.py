@@ -253,7 +253,7 @@ class RemoteExecutor:
             # whether its calls were taken (only calls in flight at a broker may park).
             unsure = _taken(waiting) is None
             if rang.is_set() or since >= self._period(unsure) or (
-                    unsure and since >= _PARK_LOOK and self._park_due(_sent(waiting))):
+                    unsure and since >= _PARK_LOOK and self._may_park(_sent(waiting))):
                 rang.clear()
                 looked = time.monotonic()
                 for report in self._look(waiting, held):
@@ -374,7 +374,7 @@ class RemoteExecutor:
         when its time is up; None while it waits on."""
         first = next(iter(waiting.values()))
         taken = _taken(waiting)
-        if taken is not None and self._park_due(taken):
+        if taken is not None and self._parkable() and self.park.park(taken):
             self._parking.set()  # every other wave still waiting parks with it
         if self._parking.is_set():
             self.withdraw("the job parked")  # claimed again when it resumes
@@ -386,9 +386,13 @@ class RemoteExecutor:
             return self._no_answer(first, f"no answer within {self.wait_seconds:.0f} s")
         return None
 
-    def _park_due(self, since: float) -> bool:
-        """Has a wave waiting since ``since`` waited long enough to park?"""
-        return not (self._parking.is_set() or self._stopped.is_set()) and self.park.due(since)
+    def _may_park(self, since: float) -> bool:
+        """Could a wave waiting since ``since`` park now?"""
+        return self._parkable() and self.park.due(since)
+
+    def _parkable(self) -> bool:
+        """Neither parking already nor stopped."""
+        return not (self._parking.is_set() or self._stopped.is_set())
 
     def _brokers(self, nobody_since: float | None) -> float | None:
         """Since when no broker worker is alive to take a queued call (None: one is)."""

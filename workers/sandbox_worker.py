@@ -237,7 +237,7 @@ def _run(ctx: WorkerContext, job: dict[str, Any], delivery: int, resumes: int) -
 def _park_rule(ctx: WorkerContext) -> ParkRule:
     return ParkRule(after=ctx.queue.park_after_seconds,
                     under_load_after=ctx.queue.park_under_load_after_seconds,
-                    slot_wanted=ctx.sandbox_load.waiting)
+                    demand=ctx.sandbox_load)
 
 
 def _fail(ctx: WorkerContext, job: dict[str, Any], resumes: int, message: str

@@ -136,6 +136,21 @@ def test_a_job_parks_for_one_that_waits_for_its_slot(make_stack) -> None:
     assert peak == 2, f"the two jobs' calls never overlapped (peak {peak})"
 
 
+def test_as_many_jobs_park_as_wait_for_a_slot(make_stack) -> None:
+    """Three slots, four jobs of one slow call: one job waits, so one job parks for it,
+    not all three (each park costs a resume: a sandbox start and a replay)."""
+    stack = _stack(make_stack, latency=3.0, slots=3, pool="threads",
+                   park_after_seconds=None, park_under_load_after_seconds=0.2)
+    handles = [stack.client.submit(SEQUENTIAL, {"prompts": [f"{n}"]}, Envelope(),
+                                   f"slots-{n}") for n in range(4)]
+    reports = [h.wait(240) for h in handles]
+    assert all(r["status"] == "succeeded" for r in reports), [r["error"] for r in reports]
+    assert len(stack.provider_log()) == 4
+    resumes = sum(stack.store.job_for_revision(f"slots-{n}", 1).resumes for n in range(4))
+    # One park for the waiting job; a second only if a woken job found every slot taken.
+    assert 1 <= resumes <= 2, f"{resumes} resumes for one job that waited for a slot"
+
+
 def test_a_call_that_queued_for_a_broker_does_not_park_on_its_queueing(make_stack) -> None:
     """A job parks when its calls have been in flight at broker workers long enough, not
     when they waited in the queue for one: here the only broker worker starts after the
