@@ -29,6 +29,7 @@ from broker.artifacts import ArtifactRef, ArtifactStore
 from broker.catalog import Capability
 from broker.errors import CapabilityError, ReviseError
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
+from broker.providers.clients import ClientPool
 
 _STATUS_CODES: dict[int, tuple[str, bool]] = {
     400: ("invalid_parameter", False), 401: ("auth", False), 403: ("auth", False),
@@ -65,18 +66,14 @@ class _OpenAIAdapter(ABC):
             else SecretStr(api_key)
         self.artifacts = artifacts
         self.timeout = timeout
-        # No connection cap of the client's own (httpx's default is 100): a broker worker
-        # keeps as many requests in flight as it has calls; a provider's limit is
-        # REVISE_PROVIDER_CONCURRENCY (``broker.provider_gate``), never a hidden pool size.
-        self._client = client or httpx.Client(timeout=timeout, limits=httpx.Limits(
-            max_connections=None, max_keepalive_connections=64))
-        self._owns_client = client is None
+        tls = httpx.create_ssl_context()  # one for all clients: making one costs ~20 ms
+        self._clients = ClientPool(lambda: httpx.Client(timeout=timeout, verify=tls),
+                                   shared=client)
         # Scripts name catalog models (local-image-1); an operator maps them to real ones.
         self.models = dict(models or {})
 
     def close(self) -> None:
-        if self._owns_client:
-            self._client.close()
+        self._clients.close()
 
     def _model(self, name: str) -> str:
         return self.models.get(name, name)
@@ -94,7 +91,8 @@ class _OpenAIAdapter(ABC):
         timeout = self.timeout if call.timeout_seconds is None \
             else min(self.timeout, call.timeout_seconds)
         try:
-            response = self._client.post(url, json=body, headers=headers, timeout=timeout)
+            with self._clients.client() as client:
+                response = client.post(url, json=body, headers=headers, timeout=timeout)
         except httpx.ConnectTimeout:
             raise provider_error(
                 capability, call,
@@ -145,7 +143,8 @@ class _OpenAIAdapter(ABC):
                                  status=None, provider_code="no_lookup")
         url = self.base_url + self.lookup_path.replace("{key}", call.idempotency_key)
         try:
-            response = self._client.get(url, headers=self._headers(), timeout=self.timeout)
+            with self._clients.client() as client:
+                response = client.get(url, headers=self._headers(), timeout=self.timeout)
         except httpx.HTTPError as exc:
             raise provider_error(capability, call, f"{capability.name}: the lookup at "
                                  f"{self.base_url} failed ({type(exc).__name__}: "
