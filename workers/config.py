@@ -44,8 +44,9 @@ class WorkerSettings(CheckedSettings):
         "resumes (the admitted script again, its committed calls replayed) when they are "
         "settled; `none`: never park on time alone")
     park_under_load_after_seconds: float | None = Field(
-        default=5.0, ge=0, description="parks sooner, after this long, while another job "
-        "waits on the sandbox queue for a slot; `none`: never park for load")
+        default=5.0, ge=0, description="parks sooner, after this long, to give its slot to a "
+        "job that waits on the sandbox queue (one park for each such job); `none`: never park "
+        "for load")
     reconcile_interval: float = Field(
         default=10.0, gt=0, description="seconds between the reconciler's sweeps for "
         "attempts and revisions whose worker died and jobs whose message was lost")
