@@ -17,11 +17,12 @@ took are withdrawn (nothing was sent, nothing is paid). Why waiting here cannot
 deadlock: the sandbox worker waits only on tasks of the ``capabilities`` queue, which
 sandbox workers never consume; broker workers never wait on anything queued.
 
-The store is read when the doorbell rings, every ``_POLL_SECONDS`` until a broker
-worker took every call of the wave (what a call nobody takes needs is decided from
-it), and from then on every ``_RING_POLL_SECONDS`` while the doorbell listens (a ring
-can then be lost only when its publish failed; the doorbell rings every waiter when
-it starts or stops listening).
+The store is read when the doorbell rings, and every ``_RING_POLL_SECONDS`` (within
+half a lease) while the doorbell listens (a ring can then be lost only when its
+publish failed; the doorbell rings every waiter when it starts or stops listening);
+every ``_POLL_SECONDS`` while it does not listen, or once a call not seen taken has
+waited half a lease (whether its task was lost is decided from it). A wave that may
+park reads whether its calls were taken when the park would be due.
 
 The wait is bounded by what the store and the transport say, not by a constant: an
 attempt whose owner died stops the call fail-closed (``AttemptUnresolved``), a read-
@@ -252,7 +253,7 @@ class RemoteExecutor:
             # Besides the doorbell and the poll period, a wave that may park needs to know
             # whether its calls were taken (only calls in flight at a broker may park).
             unsure = _taken(waiting) is None
-            if rang.is_set() or since >= self._period(unsure) or (
+            if rang.is_set() or since >= self._period(waiting) or (
                     unsure and since >= _PARK_LOOK and self._may_park(_sent(waiting))):
                 rang.clear()
                 looked = time.monotonic()
@@ -280,7 +281,7 @@ class RemoteExecutor:
                     yield lost
                     return
             taken = _taken(waiting)
-            rang.wait(max(0.0, min(looked + self._period(taken is None), deadline,
+            rang.wait(max(0.0, min(looked + self._period(waiting), deadline,
                                    self._next_park_look(waiting, taken)) - time.monotonic()))
 
     def _look(self, waiting: dict[int, _Waiting], held: set[int]) -> Iterator[CallReport]:
@@ -430,12 +431,17 @@ class RemoteExecutor:
                 one.sent_at, one.resends = now, one.resends + 1
         return None
 
-    def _period(self, unsure: bool) -> float:
-        """Between looks at the store without a ring: short while a call may still be
-        untaken (``unsure``) or no doorbell listens; once only a ring is awaited, long,
-        but within half a lease (an attempt whose broker died is seen soon after its
-        lease expired)."""
-        if unsure or not self.doorbell.listening:
+    def _period(self, waiting: dict[int, _Waiting]) -> float:
+        """Between looks at the store without a ring: short while no doorbell listens, or
+        once a call not seen taken has waited half a lease (whether its task was lost is
+        decided from the look); else long, but within half a lease (an attempt whose
+        broker died is seen soon after its lease expired). Whether a call was taken is
+        otherwise learnt from the look a ring brings (or the one a park may need):
+        looking sooner cost a read per call, the answer's read coming anyway."""
+        now = time.monotonic()
+        if not self.doorbell.listening or any(
+                w.taken_at is None and now - w.sent_at > self.lease_seconds / 2
+                for w in waiting.values()):
             return _POLL_SECONDS
         return max(_POLL_SECONDS, min(_RING_POLL_SECONDS, self.lease_seconds / 2))
 
