@@ -267,7 +267,7 @@ class RemoteExecutor:
             if stop is not None:
                 yield stop
                 return
-            untaken = [w for w in waiting.values() if w.attempt.sent_at is None
+            untaken = [w for w in waiting.values() if w.taken_at is None
                        and time.monotonic() - w.sent_at > _TAKEN_WITHIN]
             if untaken:
                 nobody_since = self._brokers(nobody_since)
