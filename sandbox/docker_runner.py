@@ -283,7 +283,8 @@ def remove_stale_containers(client: Any, *, run_id: str | None = None) -> list[s
     if run_id is not None:
         filters["label"].append(f"{LABEL_RUN}={run_id}")
     removed: list[str] = []
-    for container in client.containers.list(all=True, filters=filters):
+    # Another process's sweep or cleanup may remove a listed container before it is inspected.
+    for container in client.containers.list(all=True, filters=filters, ignore_removed=True):
         owner = (container.labels or {}).get(LABEL_OWNER, "")
         if run_id is None and not _owner_is_dead(owner):
             continue

@@ -353,6 +353,31 @@ def test_stale_containers_of_dead_owners_are_swept(docker_client, sandbox_settin
             containers[name].remove(force=True)
 
 
+def test_a_container_removed_while_the_sweep_lists_does_not_stop_it(docker_client,
+                                                                    sandbox_settings,
+                                                                    monkeypatch):
+    """Workers sweep concurrently: a container another sweep removes between the listing and
+    its inspection is gone, not an error that stops the sweep of the rest."""
+    dead = subprocess.run([sys.executable, "-c", "from broker.owner import process_owner; "
+                           "print(process_owner())"], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    image = read_pin(sandbox_settings)["image_id"]
+    gone, stale = (docker_client.containers.create(
+        image, command=["true"], network_mode="none",
+        labels={LABEL_SANDBOX: "1", LABEL_OWNER: dead}) for _ in range(2))
+    listing = docker_client.api.containers
+
+    def listed_then_removed(*args, **kwargs):
+        found = listing(*args, **kwargs)
+        gone.remove(force=True)
+        return found
+
+    monkeypatch.setattr(docker_client.api, "containers", listed_then_removed)
+    removed = remove_stale_containers(docker_client)
+    assert stale.id in removed
+    assert gone.id not in removed
+
+
 def test_sigterm_of_the_host_process_removes_its_container(docker_client, sandbox_settings,
                                                            tmp_path):
     from docker.errors import NotFound
