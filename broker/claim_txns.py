@@ -12,6 +12,7 @@ what a stopped revision claimed and nobody sent.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 from collections.abc import Callable, Collection, Sequence
@@ -27,6 +28,7 @@ from broker.identity import Identity, request_key
 from broker.models import (
     attempt_record,
     attempts,
+    identity_of,
     runs,
     slot_record,
     slots,
@@ -84,8 +86,10 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
     calls, cost = _spent_txn(conn, run_id, price_of) if budget is not None else (0, 0.0)
     decisions: list[Begin] = []
     for claim in claims:
-        latest = latest_attempt_txn(conn, run_id, claim.identity)
-        begin = _decided_txn(conn, run_id, revision, claim, latest)
+        facts = conn.execute(sql.CALL_FACTS, sql.at(claim.identity, run_id) | {
+            "capability": claim.capability, "digest": claim.digest,
+            "statuses": [AttemptStatus.PENDING.value] if claim.dedupes else _MAYBE_PAID}).one()
+        begin = _decided_txn(conn, run_id, revision, claim, facts)
         if begin is None and budget is not None:
             refusal = budget(claim.capability, calls, cost)
             begin = None if refusal is None else Begin(over_budget=refusal)
@@ -94,7 +98,8 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
                 put_blob_txn(conn, run_id, "payload", claim.payload)
             begin = Begin(claimed=True, attempt=_insert_attempt_txn(
                 conn, run_id, revision, owner, claim,
-                request_key(token, claim.capability, claim.digest), latest))
+                request_key(token, claim.capability, claim.digest),
+                0 if facts.latest_id is None else facts.latest_number + 1))
             calls, cost = calls + 1, cost + price_of(claim.capability)
         decisions.append(begin)
     if any(d.in_the_way or d.stops(c.capability, c.digest)
@@ -104,32 +109,28 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
 
 
 def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim,
-                 latest: Any) -> Begin | None:
-    """What stands in the way of claiming ``claim`` (None: nothing does); ``latest`` is the
-    identity's latest attempt row."""
-    where = sql.at(claim.identity, run_id)
-    request = where | {"capability": claim.capability, "digest": claim.digest}
-    # One read: the slot at the identity first, else a paid twin anywhere in the run.
-    row = conn.execute(sql.SLOT_OR_PAID if claim.check_ledger else sql.SLOT_AT,
-                       request).first()
-    found = None if row is None else slot_record(row)
-    if found is not None and found.identity == claim.identity:
-        return Begin(slot=found)
-    own = _own_attempt(conn, revision, claim, latest)
+                 facts: Any) -> Begin | None:
+    """What stands in the way of claiming ``claim`` (None: nothing does); ``facts`` is its
+    row of ``CALL_FACTS``."""
+    if facts.slot_id is not None and facts.slot_here:
+        return Begin(slot=_slot_by_id(conn, facts.slot_id))
+    own = _own_attempt(conn, revision, claim, facts)
     if own is not None:
         return own
-    if found is not None:
-        return Begin(repeat=PaidAt(found.identity, found.revision, "committed", found.line))
     if not claim.check_ledger:
         return None
-    statuses = [AttemptStatus.PENDING.value] if claim.dedupes else _MAYBE_PAID
-    row = conn.execute(sql.ATTEMPT_PAID_ELSEWHERE, request | {"statuses": statuses}).first()
-    if row is not None:
-        paid = attempt_record(row)
-        return Begin(repeat=PaidAt(paid.identity, paid.revision,
-                                   "in flight" if paid.status is AttemptStatus.PENDING
-                                   else "may have been charged"))
+    if facts.slot_id is not None:
+        twin = _slot_by_id(conn, facts.slot_id)
+        return Begin(repeat=PaidAt(twin.identity, twin.revision, "committed", twin.line))
+    if facts.paid_status is not None:
+        return Begin(repeat=PaidAt(
+            identity_of(SimpleNamespace(site=facts.paid_site, path=facts.paid_path,
+                                        occurrence=facts.paid_occurrence)),
+            facts.paid_revision, "in flight" if facts.paid_status == AttemptStatus.PENDING.value
+            else "may have been charged"))
     if claim.lower_takes and not claim.take_approved and revision > 1:
+        request = sql.at(claim.identity, run_id) | {"capability": claim.capability,
+                                                    "digest": claim.digest}
         row = conn.execute(sql.LOWER_TAKE_PAID, {
             "run_id": run_id, "capability": claim.capability,
             "digests": list(claim.lower_takes), "revision": revision}).first()
@@ -141,6 +142,10 @@ def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim,
     return None
 
 
+def _slot_by_id(conn: Connection, slot_id: int) -> SlotRecord:
+    return slot_record(conn.execute(sql.SLOT_BY_ID, {"id": slot_id}).one())
+
+
 def _new_run_token(conn: Connection, run_id: str) -> str:
     """A run row the migration left without a token gets one now, once."""
     conn.execute(update(runs).where(runs.c.run_id == run_id, runs.c.token.is_(None))
@@ -148,26 +153,27 @@ def _new_run_token(conn: Connection, run_id: str) -> str:
     return str(conn.execute(sql.RUN_TOKEN, {"run_id": run_id}).scalar())
 
 
-def _own_attempt(conn: Connection, revision: int, claim: CallClaim, latest: Any
+def _own_attempt(conn: Connection, revision: int, claim: CallClaim, facts: Any
                  ) -> Begin | None:
-    """The identity's own latest attempt, when it decides the call."""
-    if latest is None:
+    """The identity's own latest attempt (``facts.latest_*``), when it decides the call."""
+    if facts.latest_id is None:
         return None
-    if latest.status in COMMITTED_ATTEMPT_STATUSES:
-        # Committed between the slot read and this one (PostgreSQL reads each statement's
-        # own snapshot): read the slot again and replay it.
-        row = conn.execute(sql.SLOT_AT, sql.at(claim.identity, latest.run_id)).first()
-        return Begin(slot=slot_record(row)) if row is not None else Begin(
-            attempt=attempt_record(latest))
-    if latest.status in OPEN_ATTEMPT_STATUSES:
-        return Begin(attempt=attempt_record(latest))
-    answered = latest.status in (AttemptStatus.FAILED.value, AttemptStatus.UNCERTAIN.value)
-    if answered and latest.revision == revision:
-        return Begin(failed=attempt_record(latest))  # a redelivery: the same answer again
-    if (latest.status == AttemptStatus.UNCERTAIN.value and latest.digest == claim.digest
-            and claim.check_ledger and not claim.dedupes):
-        return Begin(attempt=attempt_record(latest))  # maybe paid: an operator decides
+    status = facts.latest_status
+    answered = status in (AttemptStatus.FAILED.value, AttemptStatus.UNCERTAIN.value)
+    if answered and facts.latest_revision == revision:
+        return Begin(failed=_attempt_by_id(conn, facts.latest_id))  # the same answer again
+    # Open, maybe paid (an operator decides), or committed: a committed attempt's slot is
+    # settled with it, so the read that found the attempt found its slot; one without a
+    # slot is a record out of order. Each stands in the way.
+    if (status in OPEN_ATTEMPT_STATUSES or status in COMMITTED_ATTEMPT_STATUSES
+            or (status == AttemptStatus.UNCERTAIN.value and facts.latest_digest == claim.digest
+                and claim.check_ledger and not claim.dedupes)):
+        return Begin(attempt=_attempt_by_id(conn, facts.latest_id))
     return None
+
+
+def _attempt_by_id(conn: Connection, attempt_id: int) -> AttemptRecord:
+    return attempt_record(conn.execute(sql.ATTEMPT_BY_ID, {"id": attempt_id}).one())
 
 
 def _spent_txn(conn: Connection, run_id: str, price_of: Callable[[str], float]
@@ -189,18 +195,23 @@ def latest_attempt_txn(conn: Connection, run_id: str, identity: Identity) -> Any
 
 
 def _insert_attempt_txn(conn: Connection, run_id: str, revision: int, owner: str,
-                        claim: CallClaim, idempotency_key: str, latest: Any
+                        claim: CallClaim, idempotency_key: str, number: int
                         ) -> AttemptRecord:
-    """Insert the attempt after ``latest`` (the claimable one before it, or None)."""
+    """Insert the identity's attempt ``number`` (0: its first)."""
     now = models.utcnow()
-    row = conn.execute(sql.INSERT_ATTEMPT, sql.at(claim.identity, run_id) | {
-        "number": 0 if latest is None else latest.number + 1,
-        "capability": claim.capability, "digest": claim.digest, "revision": revision,
-        "status": AttemptStatus.PENDING.value, "owner": owner,
+    record = AttemptRecord(
+        id=0, run_id=run_id, identity=claim.identity, capability=claim.capability,
+        digest=claim.digest, revision=revision, number=number,
+        status=AttemptStatus.PENDING, owner=owner, created_at=now, heartbeat_at=now,
+        idempotency_key=idempotency_key, take=claim.take, fingerprint=claim.fingerprint,
+        chain_fingerprint=claim.chain_fingerprint, line=claim.line)
+    attempt_id = conn.execute(sql.INSERT_ATTEMPT, sql.at(claim.identity, run_id) | {
+        "number": record.number, "capability": claim.capability, "digest": claim.digest,
+        "revision": revision, "status": record.status.value, "owner": owner,
         "idempotency_key": idempotency_key, "error": None, "created_at": now,
         "heartbeat_at": now, "take": claim.take, "fingerprint": claim.fingerprint or None,
-        "chain_fingerprint": claim.chain_fingerprint or None, "line": claim.line}).one()
-    return attempt_record(row)
+        "chain_fingerprint": claim.chain_fingerprint or None, "line": claim.line}).scalar_one()
+    return dataclasses.replace(record, id=attempt_id)
 
 
 # ---- claimed attempts: read back, taken, withdrawn ----------------------------------------

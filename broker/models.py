@@ -308,12 +308,13 @@ def _path(text: str) -> tuple[int, ...]:
     return tuple(int(p) for p in text.split(".")) if text else ()
 
 
-def _identity(row: Any) -> Identity:
+def identity_of(row: Any) -> Identity:
+    """The identity a row of slots or attempts names (its site, path and occurrence)."""
     return Identity(row.site, _path(row.path), row.occurrence)
 
 
 def slot_record(row: Any) -> SlotRecord:
-    return SlotRecord(run_id=row.run_id, identity=_identity(row), capability=row.capability,
+    return SlotRecord(run_id=row.run_id, identity=identity_of(row), capability=row.capability,
                       digest=row.digest, fingerprint=row.fingerprint, result=row.result,
                       usage=row.usage or {}, cost=row.cost, revision=row.revision,
                       committed_at=row.committed_at,
@@ -321,7 +322,7 @@ def slot_record(row: Any) -> SlotRecord:
 
 
 def attempt_record(row: Any) -> AttemptRecord:
-    return AttemptRecord(id=row.id, run_id=row.run_id, identity=_identity(row),
+    return AttemptRecord(id=row.id, run_id=row.run_id, identity=identity_of(row),
                          capability=row.capability, digest=row.digest, revision=row.revision,
                          number=row.number, status=AttemptStatus(row.status), owner=row.owner,
                          created_at=row.created_at, heartbeat_at=row.heartbeat_at,

@@ -11,7 +11,18 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, case, func, insert, select, update
+from sqlalchemy import (
+    Connection,
+    Table,
+    bindparam,
+    case,
+    func,
+    insert,
+    literal,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 
 from broker.identity import Identity
@@ -63,6 +74,25 @@ ATTEMPT_PAID_ELSEWHERE = (
                            attempts.c.status.in_(bindparam("statuses", expanding=True)),
                            ~_at(attempts))
     .order_by(attempts.c.id).limit(1))
+# What decides a new call, in one read of one snapshot, narrow (a new call reads no more):
+# the identity's latest attempt (``latest_<column>``), the slot at it or else a paid twin's
+# (``slot_here`` tells which) and an attempt elsewhere that may have paid for the request
+# (``paid_<column>``), each NULL when none. The rare decisions read their whole row by id.
+_LATEST = LATEST_ATTEMPT.with_only_columns(
+    attempts.c.id, attempts.c.number, attempts.c.status, attempts.c.revision,
+    attempts.c.digest).subquery("latest")
+_SLOT = SLOT_OR_PAID.with_only_columns(
+    slots.c.id, case((_at(slots), True), else_=False).label("here")).subquery("slot")
+_PAID = ATTEMPT_PAID_ELSEWHERE.with_only_columns(
+    attempts.c.site, attempts.c.path, attempts.c.occurrence, attempts.c.revision,
+    attempts.c.status).subquery("paid")
+_ONE_ROW = select(literal(1).label("one")).subquery("one_row")
+CALL_FACTS = (
+    select(*(c.label(f"{sub.name}_{c.name}") for sub in (_LATEST, _SLOT, _PAID) for c in sub.c))
+    .select_from(_ONE_ROW.outerjoin(_LATEST, true()).outerjoin(_SLOT, true())
+                 .outerjoin(_PAID, true())))
+SLOT_BY_ID = select(slots).where(slots.c.id == bindparam("id"))
+ATTEMPT_BY_ID = select(attempts).where(attempts.c.id == bindparam("id"))
 # A lower take of the payload committed by an earlier revision (a further take needs an
 # approval), and whether an earlier revision already asked for this very take.
 LOWER_TAKE_PAID = (
@@ -77,7 +107,7 @@ TAKE_ASKED_BEFORE = (
                                 attempts.c.digest == bindparam("digest"),
                                 attempts.c.revision < bindparam("revision")).limit(1))
 RUN_TOKEN = select(runs.c.token).where(runs.c.run_id == bindparam("run_id"))
-INSERT_ATTEMPT = insert(attempts).returning(*attempts.c)
+INSERT_ATTEMPT = insert(attempts).returning(attempts.c.id)
 SUCCEED_ATTEMPT = (update(attempts)
                    .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN))
                    .values(status=AttemptStatus.SUCCEEDED.value,
