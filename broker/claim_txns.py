@@ -47,9 +47,6 @@ from broker.records import (
 from broker.revision_txns import put_blob_txn
 
 BudgetCheck = Callable[[str, int, float], "str | None"]
-# Attempts that may have paid for their request: in flight, possibly charged, unknown.
-_MAYBE_PAID = [AttemptStatus.PENDING.value, AttemptStatus.UNCERTAIN.value,
-               AttemptStatus.UNRESOLVED.value]
 
 
 class WaveRefused(Exception):
@@ -86,9 +83,9 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
     calls, cost = _spent_txn(conn, run_id, price_of) if budget is not None else (0, 0.0)
     decisions: list[Begin] = []
     for claim in claims:
-        facts = conn.execute(sql.CALL_FACTS, sql.at(claim.identity, run_id) | {
-            "capability": claim.capability, "digest": claim.digest,
-            "statuses": [AttemptStatus.PENDING.value] if claim.dedupes else _MAYBE_PAID}).one()
+        facts = conn.execute(sql.CALL_FACTS_DEDUPED if claim.dedupes else sql.CALL_FACTS,
+                             sql.at(claim.identity, run_id) | {
+                                 "capability": claim.capability, "digest": claim.digest}).one()
         begin = _decided_txn(conn, run_id, revision, claim, facts)
         if begin is None and budget is not None:
             refusal = budget(claim.capability, calls, cost)
@@ -155,25 +152,23 @@ def _new_run_token(conn: Connection, run_id: str) -> str:
 
 def _own_attempt(conn: Connection, revision: int, claim: CallClaim, facts: Any
                  ) -> Begin | None:
-    """The identity's own latest attempt (``facts.latest_*``), when it decides the call."""
-    if facts.latest_id is None:
+    """The identity's own latest attempt, when it decides the call. Read whole, and decided
+    on as read then: a concurrent copy may have settled it since ``facts``."""
+    if facts.latest_id is None or facts.latest_status == AttemptStatus.ABANDONED.value:
         return None
-    status = facts.latest_status
-    answered = status in (AttemptStatus.FAILED.value, AttemptStatus.UNCERTAIN.value)
-    if answered and facts.latest_revision == revision:
-        return Begin(failed=_attempt_by_id(conn, facts.latest_id))  # the same answer again
-    # Open, maybe paid (an operator decides), or committed: a committed attempt's slot is
-    # settled with it, so the read that found the attempt found its slot; one without a
-    # slot is a record out of order. Each stands in the way.
-    if (status in OPEN_ATTEMPT_STATUSES or status in COMMITTED_ATTEMPT_STATUSES
-            or (status == AttemptStatus.UNCERTAIN.value and facts.latest_digest == claim.digest
-                and claim.check_ledger and not claim.dedupes)):
-        return Begin(attempt=_attempt_by_id(conn, facts.latest_id))
+    latest = attempt_record(conn.execute(sql.ATTEMPT_BY_ID, {"id": facts.latest_id}).one())
+    if latest.status in COMMITTED_ATTEMPT_STATUSES:  # its slot was committed with it
+        row = conn.execute(sql.SLOT_AT, sql.at(claim.identity, latest.run_id)).first()
+        return Begin(slot=slot_record(row)) if row is not None else Begin(attempt=latest)
+    if latest.status in OPEN_ATTEMPT_STATUSES:
+        return Begin(attempt=latest)
+    answered = latest.status in (AttemptStatus.FAILED, AttemptStatus.UNCERTAIN)
+    if answered and latest.revision == revision:
+        return Begin(failed=latest)  # a redelivery: the same answer again
+    if (latest.status is AttemptStatus.UNCERTAIN and latest.digest == claim.digest
+            and claim.check_ledger and not claim.dedupes):
+        return Begin(attempt=latest)  # maybe paid: an operator decides
     return None
-
-
-def _attempt_by_id(conn: Connection, attempt_id: int) -> AttemptRecord:
-    return attempt_record(conn.execute(sql.ATTEMPT_BY_ID, {"id": attempt_id}).one())
 
 
 def _spent_txn(conn: Connection, run_id: str, price_of: Callable[[str], float]

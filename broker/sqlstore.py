@@ -8,6 +8,8 @@ and turns connectivity failures into ``StoreUnavailable`` (fail closed).
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import secrets
 import sqlite3
@@ -189,14 +191,17 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
     raises ``SlotConflict`` after the transaction commits).
     """
     where = sql.at(slot.identity, slot.run_id)
+    committed_at = slot.committed_at or models.utcnow()
     inserted = conn.execute(sql.insert_slot(conn.dialect.name), where | {
         "capability": slot.capability, "digest": slot.digest, "fingerprint": slot.fingerprint,
         "chain_fingerprint": slot.chain_fingerprint or None, "line": slot.line,
         "result": slot.result, "usage": dict(slot.usage), "cost": float(slot.cost),
-        "revision": slot.revision, "committed_at": slot.committed_at or models.utcnow(),
-    }).first()
-    stored = slot_record(inserted if inserted is not None
-                         else conn.execute(sql.SLOT_AT, where).one())
+        "revision": slot.revision, "committed_at": committed_at}).first()
+    if inserted is not None:  # as a read gives it back: JSON columns hold JSON's values
+        stored = dataclasses.replace(slot, committed_at=committed_at, result=json.loads(
+            json.dumps(slot.result)), usage=json.loads(json.dumps(dict(slot.usage))))
+    else:
+        stored = slot_record(conn.execute(sql.SLOT_AT, where).one())
     if attempt_id is not None:
         if stored.same_call(slot.capability, slot.digest):
             conn.execute(sql.SUCCEED_ATTEMPT, {"attempt_id": attempt_id,

@@ -19,6 +19,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
     true,
     update,
@@ -65,32 +66,39 @@ _PAID_ELSEWHERE = ((slots.c.run_id == bindparam("run_id"))
                    & (slots.c.digest == bindparam("digest")))
 SLOT_OR_PAID = (select(slots).where(_at(slots) | _PAID_ELSEWHERE)
                 .order_by(case((_at(slots), 0), else_=1)).limit(1))
-# An attempt at another identity that may have paid for the same request: in flight,
-# or answered with an error the provider may have charged for.
-ATTEMPT_PAID_ELSEWHERE = (
-    select(attempts).where(attempts.c.run_id == bindparam("run_id"),
-                           attempts.c.capability == bindparam("capability"),
-                           attempts.c.digest == bindparam("digest"),
-                           attempts.c.status.in_(bindparam("statuses", expanding=True)),
-                           ~_at(attempts))
-    .order_by(attempts.c.id).limit(1))
-# What decides a new call, in one read of one snapshot, narrow (a new call reads no more):
-# the identity's latest attempt (``latest_<column>``), the slot at it or else a paid twin's
-# (``slot_here`` tells which) and an attempt elsewhere that may have paid for the request
-# (``paid_<column>``), each NULL when none. The rare decisions read their whole row by id.
-_LATEST = LATEST_ATTEMPT.with_only_columns(
-    attempts.c.id, attempts.c.number, attempts.c.status, attempts.c.revision,
-    attempts.c.digest).subquery("latest")
-_SLOT = SLOT_OR_PAID.with_only_columns(
-    slots.c.id, case((_at(slots), True), else_=False).label("here")).subquery("slot")
-_PAID = ATTEMPT_PAID_ELSEWHERE.with_only_columns(
-    attempts.c.site, attempts.c.path, attempts.c.occurrence, attempts.c.revision,
-    attempts.c.status).subquery("paid")
-_ONE_ROW = select(literal(1).label("one")).subquery("one_row")
-CALL_FACTS = (
-    select(*(c.label(f"{sub.name}_{c.name}") for sub in (_LATEST, _SLOT, _PAID) for c in sub.c))
-    .select_from(_ONE_ROW.outerjoin(_LATEST, true()).outerjoin(_SLOT, true())
-                 .outerjoin(_PAID, true())))
+
+
+def _call_facts(paid_statuses: list[str]) -> Any:
+    """What decides a new call, in one read of one snapshot, narrow (a new call reads no
+    more): the identity's latest attempt (``latest_<column>``), the slot at it or else a
+    paid twin's (``slot_here`` tells which) and an attempt at another identity with the same
+    request in one of ``paid_statuses`` (``paid_<column>``), each NULL when none. The rare
+    decisions read their whole row by id."""
+    latest = LATEST_ATTEMPT.with_only_columns(
+        attempts.c.id, attempts.c.number, attempts.c.status, attempts.c.revision,
+        attempts.c.digest).subquery("latest")
+    slot = SLOT_OR_PAID.with_only_columns(
+        slots.c.id, case((_at(slots), True), else_=False).label("here")).subquery("slot")
+    paid = (select(attempts.c.site, attempts.c.path, attempts.c.occurrence,
+                   attempts.c.revision, attempts.c.status)
+            .where(attempts.c.run_id == bindparam("run_id"),
+                   attempts.c.capability == bindparam("capability"),
+                   attempts.c.digest == bindparam("digest"),
+                   or_(*(attempts.c.status == status for status in paid_statuses)),
+                   ~_at(attempts))
+            .order_by(attempts.c.id).limit(1).subquery("paid"))
+    one_row = select(literal(1).label("one")).subquery("one_row")
+    return (select(*(c.label(f"{sub.name}_{c.name}") for sub in (latest, slot, paid)
+                     for c in sub.c))
+            .select_from(one_row.outerjoin(latest, true()).outerjoin(slot, true())
+                         .outerjoin(paid, true())))
+
+
+# A request deduplicated by its provider is paid twice only while one copy is in flight;
+# any other also when an answer may have been charged, or nobody knows.
+CALL_FACTS = _call_facts([AttemptStatus.PENDING.value, AttemptStatus.UNCERTAIN.value,
+                          AttemptStatus.UNRESOLVED.value])
+CALL_FACTS_DEDUPED = _call_facts([AttemptStatus.PENDING.value])
 SLOT_BY_ID = select(slots).where(slots.c.id == bindparam("id"))
 ATTEMPT_BY_ID = select(attempts).where(attempts.c.id == bindparam("id"))
 # A lower take of the payload committed by an earlier revision (a further take needs an
@@ -201,6 +209,7 @@ def insert_blob(dialect: str) -> Any:
 
 @cache
 def insert_slot(dialect: str) -> Any:
-    """Insert a slot unless its identity has one; returns the row it inserted."""
+    """Insert a slot unless its identity has one; returns the id it inserted (no row: the
+    identity had one)."""
     return _dialect(dialect).insert(slots).on_conflict_do_nothing(
-        index_elements=SLOT_KEY).returning(*slots.c)
+        index_elements=SLOT_KEY).returning(slots.c.id)

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+from sqlalchemy import event
+
 from broker.claim import budget_check
 from broker.envelope import Budget
 from broker.identity import Identity, call_bytes, call_digest
 from broker.records import AttemptStatus, CallClaim
+from broker.sqlstore import SqlStore
 
 from .test_store import RUN, begin_wave, run_parallel, slot
 
@@ -98,3 +102,29 @@ def test_settled_attempts_come_with_their_slots(store):
     assert seen[done.attempt.id][1].result == committed.result
     assert seen[failed.attempt.id] == (AttemptStatus.FAILED, None)
     assert seen[waiting.attempt.id] == (AttemptStatus.PENDING, None)
+
+
+def test_an_attempt_settled_while_a_copy_decides_it_is_replayed(store, store_url):
+    """A copy of the call decides it while a broker commits the first copy's attempt: what
+    the copy sees of that attempt is one state, read whole, so it replays the committed
+    slot rather than finding a settled attempt in its way (which stopped it unresolved)."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("SQLite lets one writer in at a time: nothing commits during a claim")
+    first, _ = _claim(store, 0)
+    assert store.take_attempt(first.attempt.id, "broker:1")
+    broker = SqlStore.open(store_url)
+    committed = slot(first.attempt.identity, capability="image.generate",
+                     digest=first.attempt.digest)
+
+    def commit_after_the_first_read(conn, cursor, statement, *_: object) -> None:
+        if "latest_id" in statement and not broker.list_slots(RUN):
+            broker.commit(committed, first.attempt.id)
+
+    event.listen(store.engine, "after_cursor_execute", commit_after_the_first_read)
+    try:
+        again, _ = _claim(store, 0, owner="copy:1")
+    finally:
+        event.remove(store.engine, "after_cursor_execute", commit_after_the_first_read)
+        broker.close()
+    assert again.slot is not None and again.slot.result == committed.result
+    assert not again.in_the_way
