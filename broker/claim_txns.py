@@ -24,7 +24,7 @@ from sqlalchemy import Connection, and_, func, select, update
 from broker import models
 from broker import statements as sql
 from broker.calls import ClaimedCall
-from broker.identity import Identity, request_key
+from broker.identity import Identity, request_key, sha256_hex
 from broker.models import (
     attempt_record,
     attempts,
@@ -91,8 +91,6 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
             refusal = budget(claim.capability, calls, cost)
             begin = None if refusal is None else Begin(over_budget=refusal)
         if begin is None:
-            if claim.payload is not None:
-                put_blob_txn(conn, run_id, "payload", claim.payload)
             begin = Begin(claimed=True, attempt=_insert_attempt_txn(
                 conn, run_id, revision, owner, claim,
                 request_key(token, claim.capability, claim.digest),
@@ -192,7 +190,7 @@ def latest_attempt_txn(conn: Connection, run_id: str, identity: Identity) -> Any
 def _insert_attempt_txn(conn: Connection, run_id: str, revision: int, owner: str,
                         claim: CallClaim, idempotency_key: str, number: int
                         ) -> AttemptRecord:
-    """Insert the identity's attempt ``number`` (0: its first)."""
+    """Insert the identity's attempt ``number`` (0: its first), and its payload blob."""
     now = models.utcnow()
     record = AttemptRecord(
         id=0, run_id=run_id, identity=claim.identity, capability=claim.capability,
@@ -200,13 +198,20 @@ def _insert_attempt_txn(conn: Connection, run_id: str, revision: int, owner: str
         status=AttemptStatus.PENDING, owner=owner, created_at=now, heartbeat_at=now,
         idempotency_key=idempotency_key, take=claim.take, fingerprint=claim.fingerprint,
         chain_fingerprint=claim.chain_fingerprint, line=claim.line)
-    attempt_id = conn.execute(sql.INSERT_ATTEMPT, sql.at(claim.identity, run_id) | {
-        "number": record.number, "capability": claim.capability, "digest": claim.digest,
+    values = sql.at(claim.identity, run_id) | {
+        "number": number, "capability": claim.capability, "digest": claim.digest,
         "revision": revision, "status": record.status.value, "owner": owner,
         "idempotency_key": idempotency_key, "error": None, "created_at": now,
         "heartbeat_at": now, "take": claim.take, "fingerprint": claim.fingerprint or None,
-        "chain_fingerprint": claim.chain_fingerprint or None, "line": claim.line}).scalar_one()
-    return dataclasses.replace(record, id=attempt_id)
+        "chain_fingerprint": claim.chain_fingerprint or None, "line": claim.line}
+    statement = sql.INSERT_ATTEMPT
+    if claim.payload is not None and conn.dialect.name == "postgresql":
+        statement = sql.INSERT_ATTEMPT_AND_BLOB
+        values |= {"blob_digest": sha256_hex(claim.payload), "blob_kind": "payload",
+                   "blob_data": claim.payload}
+    elif claim.payload is not None:
+        put_blob_txn(conn, run_id, "payload", claim.payload)
+    return dataclasses.replace(record, id=conn.execute(statement, values).scalar_one())
 
 
 # ---- claimed attempts: read back, taken, withdrawn ----------------------------------------

@@ -308,18 +308,23 @@ class SqlStore:
     # -- plumbing --
 
     def _run(self, action: str, fn: Callable[[Connection], T], *, write: bool = True,
-             race_retries: int = 0) -> T:
+             race_retries: int = 0, alone: bool = False) -> T:
         """Run ``fn`` in one transaction, retrying when a unique key settled a race.
 
         PostgreSQL deadlock and serialization failures roll the whole
-        transaction back, so they are retried a few times as well.
+        transaction back, so they are retried a few times as well. ``alone``: ``fn`` runs
+        one statement, which on PostgreSQL is its own transaction (no BEGIN and COMMIT
+        around it: two round trips fewer, on the path of every call).
         """
         reconnected = False
+        options: dict[str, Any] = {"revise_write": write}
+        if alone and self.engine.dialect.name == "postgresql":
+            options["isolation_level"] = "AUTOCOMMIT"
         with self._translated(action):
             for attempt in range(max(race_retries, _TRANSIENT_RETRIES) + 1):
                 try:
                     with self.engine.connect() as conn:
-                        conn.execution_options(revise_write=write)
+                        conn.execution_options(**options)
                         with conn.begin():
                             try:
                                 result = fn(conn)
@@ -473,7 +478,7 @@ class SqlStore:
             update(revisions).where(revisions.c.run_id == run_id,
                                     revisions.c.revision == revision,
                                     revisions.c.status == RevisionStatus.RUNNING)
-            .values(owner=owner, heartbeat_at=models.utcnow())))
+            .values(owner=owner, heartbeat_at=models.utcnow())), alone=True)
         return result.rowcount > 0
 
     def running_revisions(self, run_id: str | None = None) -> list[RevisionRecord]:
@@ -572,7 +577,7 @@ class SqlStore:
                 "now": models.utcnow()}).first()
             return None if row is None else job_record(row)
 
-        return self._run("waking a parked job", txn)
+        return self._run("waking a parked job", txn, alone=True)
 
     def resume_lost_job(self, job: JobRecord, why: str) -> JobRecord | None:
         """The started ``job`` as it was read, whose sandbox worker is gone, accepted again
@@ -657,12 +662,12 @@ class SqlStore:
         withdrawn or abandoned as never sent) or its revision stopped: then it must not be
         sent."""
         return self._run("recording a dispatch",
-                         lambda c: take_attempt_txn(c, attempt_id, owner))
+                         lambda c: take_attempt_txn(c, attempt_id, owner), alone=True)
 
     def claimed_calls(self, run_id: str, revision: int, ids: Collection[int]
                       ) -> list[ClaimedCall]:
         return self._run("reading claimed calls", lambda c: claimed_calls_txn(
-            c, run_id, revision, ids), write=False)
+            c, run_id, revision, ids), write=False, alone=True)
 
     def withdraw_unsent(self, run_id: str, revision: int, owner: str, reason: str
                         ) -> list[int]:
@@ -672,7 +677,7 @@ class SqlStore:
     def settled(self, run_id: str, ids: Collection[int]
                 ) -> list[tuple[AttemptRecord, SlotRecord | None]]:
         return self._run("reading attempts", lambda c: settled_txn(c, run_id, ids),
-                         write=False)
+                         write=False, alone=True)
 
     def abandon_unsent(self, attempt_id: int, *, by: str) -> bool:
         """Abandon a pending attempt whose request never left (no dispatch record): nothing
@@ -707,7 +712,8 @@ class SqlStore:
         if owner is not None:
             params["owner_prefix"] = owner
         statement = sql.HEARTBEAT if owner is None else sql.HEARTBEAT_OWNED
-        self._run("heartbeating attempts", lambda c: c.execute(statement, params))
+        self._run("heartbeating attempts", lambda c: c.execute(statement, params),
+                  alone=True)
 
     def _settle(self, attempt_id: int, action: str, **values: Any) -> None:
         def txn(conn: Connection) -> bool:

@@ -116,6 +116,18 @@ TAKE_ASKED_BEFORE = (
                                 attempts.c.revision < bindparam("revision")).limit(1))
 RUN_TOKEN = select(runs.c.token).where(runs.c.run_id == bindparam("run_id"))
 INSERT_ATTEMPT = insert(attempts).returning(attempts.c.id)
+_ATTEMPT_VALUES = {c.name: bindparam(c.name) for c in attempts.c if c.name in (
+    "run_id", "site", "path", "occurrence", "number", "capability", "digest", "revision",
+    "status", "owner", "idempotency_key", "error", "created_at", "heartbeat_at", "take",
+    "fingerprint", "chain_fingerprint", "line")}
+# PostgreSQL: the claimed attempt and its payload blob (once per digest) in one statement.
+INSERT_ATTEMPT_AND_BLOB = (
+    insert(attempts).values(_ATTEMPT_VALUES).returning(attempts.c.id)
+    .add_cte(postgresql.insert(blobs).values(
+        run_id=bindparam("run_id"), digest=bindparam("blob_digest"),
+        kind=bindparam("blob_kind"), data=bindparam("blob_data"),
+        created_at=bindparam("created_at"))
+        .on_conflict_do_nothing(index_elements=["run_id", "digest"]).cte("payload_blob")))
 SUCCEED_ATTEMPT = (update(attempts)
                    .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN))
                    .values(status=AttemptStatus.SUCCEEDED.value,
