@@ -386,19 +386,20 @@ class SqlStore:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._run("reading a run", lambda c: c.execute(
-            select(runs).where(runs.c.run_id == run_id)).first(), write=False)
+            select(runs).where(runs.c.run_id == run_id)).first(), write=False, alone=True)
         return None if row is None else run_record(row)
 
     def list_runs(self, limit: int = 50) -> list[RunRecord]:
         rows = self._run("listing runs", lambda c: c.execute(
             select(runs).order_by(runs.c.updated_at.desc(), runs.c.run_id).limit(limit)).all(),
-            write=False)
+            write=False, alone=True)
         return [run_record(r) for r in rows]
 
     def set_run_status(self, run_id: str, status: RunStatus, detail: str | None = None) -> None:
         result = self._run("setting a run status", lambda c: c.execute(
             update(runs).where(runs.c.run_id == run_id).values(
-                status=RunStatus(status).value, detail=detail, updated_at=models.utcnow())))
+                status=RunStatus(status).value, detail=detail, updated_at=models.utcnow())),
+            alone=True)
         if result.rowcount == 0:
             raise RunNotFound(f"run {run_id!r} does not exist", run_id=run_id)
 
@@ -438,7 +439,7 @@ class SqlStore:
         result = self._run("finishing a revision", lambda c: c.execute(
             update(revisions).where(revisions.c.run_id == run_id,
                                     revisions.c.revision == revision)
-            .values(status=str(status), summary=summary)))
+            .values(status=str(status), summary=summary)), alone=True)
         if result.rowcount == 0:
             raise RunNotFound(f"run {run_id!r} has no revision {revision}", run_id=run_id)
 
@@ -462,12 +463,13 @@ class SqlStore:
     def get_revision(self, run_id: str, revision: int) -> RevisionRecord | None:
         row = self._run("reading a revision", lambda c: c.execute(select(revisions).where(
             revisions.c.run_id == run_id, revisions.c.revision == revision)).first(),
-            write=False)
+            write=False, alone=True)
         return None if row is None else revision_record(row)
 
     def list_revisions(self, run_id: str) -> list[RevisionRecord]:
         rows = self._run("listing revisions", lambda c: c.execute(select(revisions).where(
-            revisions.c.run_id == run_id).order_by(revisions.c.revision)).all(), write=False)
+            revisions.c.run_id == run_id).order_by(revisions.c.revision)).all(),
+            write=False, alone=True)
         return [revision_record(r) for r in rows]
 
     # -- liveness: revision leases and accepted jobs --
@@ -487,7 +489,7 @@ class SqlStore:
         if run_id is not None:
             query = query.where(revisions.c.run_id == run_id)
         rows = self._run("listing running revisions", lambda c: c.execute(
-            query.order_by(revisions.c.created_at)).all(), write=False)
+            query.order_by(revisions.c.created_at)).all(), write=False, alone=True)
         return [revision_record(r) for r in rows]
 
     def runs_behind(self) -> list[RevisionRecord]:
@@ -497,7 +499,7 @@ class SqlStore:
             select(revisions).join(runs, (runs.c.run_id == revisions.c.run_id)
                                    & (runs.c.revisions == revisions.c.revision))
             .where(runs.c.status == RunStatus.RUNNING.value,
-                   revisions.c.status != RevisionStatus.RUNNING)).all(), write=False)
+                   revisions.c.status != RevisionStatus.RUNNING)).all(), write=False, alone=True)
         return [revision_record(r) for r in rows]
 
     def lose_revision(self, run_id: str, revision: int, reason: str, summary: dict[str, Any],
@@ -531,25 +533,25 @@ class SqlStore:
 
     def get_job(self, job_id: str) -> JobRecord | None:
         row = self._run("reading a job", lambda c: c.execute(
-            select(jobs).where(jobs.c.job_id == job_id)).first(), write=False)
+            select(jobs).where(jobs.c.job_id == job_id)).first(), write=False, alone=True)
         return None if row is None else job_record(row)
 
     def job_for_revision(self, run_id: str, revision: int) -> JobRecord | None:
         row = self._run("reading a job", lambda c: c.execute(
             select(jobs).where(jobs.c.run_id == run_id, jobs.c.revision == revision)
-            .order_by(jobs.c.created_at.desc()).limit(1)).first(), write=False)
+            .order_by(jobs.c.created_at.desc()).limit(1)).first(), write=False, alone=True)
         return None if row is None else job_record(row)
 
     def list_jobs(self, statuses: frozenset[JobStatus]) -> list[JobRecord]:
         rows = self._run("listing jobs", lambda c: c.execute(
             select(jobs).where(jobs.c.status.in_([JobStatus(s).value for s in statuses]))
-            .order_by(jobs.c.created_at)).all(), write=False)
+            .order_by(jobs.c.created_at)).all(), write=False, alone=True)
         return [job_record(r) for r in rows]
 
     def finish_job(self, job_id: str) -> None:
         self._run("finishing a job", lambda c: c.execute(update(jobs).where(
             jobs.c.job_id == job_id).values(status=JobStatus.FINISHED.value,
-                                            updated_at=models.utcnow())))
+                                            updated_at=models.utcnow())), alone=True)
 
     def park_job(self, job_id: str) -> bool:
         """The started job gives its sandbox back while its calls are in flight."""
@@ -604,7 +606,7 @@ class SqlStore:
         result = self._run("counting a requeue", lambda c: c.execute(update(jobs).where(
             jobs.c.job_id == job_id, jobs.c.status == JobStatus.ACCEPTED.value,
             jobs.c.requeues == seen_requeues).values(requeues=seen_requeues + 1,
-                                                     updated_at=models.utcnow())))
+                                                     updated_at=models.utcnow())), alone=True)
         return result.rowcount > 0
 
     # -- blobs (inputs and payloads by digest) --
@@ -615,14 +617,15 @@ class SqlStore:
             return {}
         rows = self._run("reading blobs", lambda c: c.execute(
             select(blobs.c.digest, blobs.c.data).where(
-                blobs.c.run_id == run_id, blobs.c.digest.in_(wanted))).all(), write=False)
+                blobs.c.run_id == run_id, blobs.c.digest.in_(wanted))).all(),
+            write=False, alone=True)
         return {r.digest: bytes(r.data) for r in rows}
 
     # -- slots --
 
     def get_slot(self, run_id: str, identity: Identity) -> SlotRecord | None:
         row = self._run("reading a slot", lambda c: c.execute(
-            sql.SLOT_AT, sql.at(identity, run_id)).first(), write=False)
+            sql.SLOT_AT, sql.at(identity, run_id)).first(), write=False, alone=True)
         return None if row is None else slot_record(row)
 
     def list_slots(self, run_id: str) -> list[SlotRecord]:
@@ -733,7 +736,8 @@ class SqlStore:
         if statuses is not None:
             query = query.where(attempts.c.status.in_([AttemptStatus(s).value
                                                        for s in statuses]))
-        rows = self._run("listing attempts", lambda c: c.execute(query).all(), write=False)
+        rows = self._run("listing attempts", lambda c: c.execute(query).all(), write=False,
+                         alone=True)
         return [attempt_record(r) for r in rows]
 
     def latest_attempt(self, run_id: str, identity: Identity) -> AttemptRecord | None:
@@ -758,7 +762,7 @@ class SqlStore:
     def latest_certificate(self, run_id: str) -> CertificateRecord | None:
         row = self._run("reading a certificate", lambda c: c.execute(
             select(certificates).where(certificates.c.run_id == run_id)
-            .order_by(certificates.c.revision.desc()).limit(1)).first(), write=False)
+            .order_by(certificates.c.revision.desc()).limit(1)).first(), write=False, alone=True)
         if row is None:
             return None
         return CertificateRecord(run_id=row.run_id, revision=row.revision, digest=row.digest,
@@ -767,7 +771,7 @@ class SqlStore:
     def list_orphans(self, run_id: str) -> list[dict[str, Any]]:
         rows = self._run("listing orphans", lambda c: c.execute(
             select(orphans).where(orphans.c.run_id == run_id)
-            .order_by(orphans.c.revision, orphans.c.id)).all(), write=False)
+            .order_by(orphans.c.revision, orphans.c.id)).all(), write=False, alone=True)
         return [{"run_id": r.run_id, "revision": r.revision, "identity": r.identity,
                  "policy": r.policy, "created_at": r.created_at} for r in rows]
 
@@ -780,7 +784,7 @@ class SqlStore:
     def list_events(self, run_id: str) -> list[EventRecord]:
         rows = self._run("listing events", lambda c: c.execute(
             select(events).where(events.c.run_id == run_id).order_by(events.c.id)).all(),
-            write=False)
+            write=False, alone=True)
         return [EventRecord(id=r.id, run_id=r.run_id, kind=r.kind, message=r.message,
                             created_at=r.created_at, revision=r.revision, identity=r.identity,
                             data=r.data) for r in rows]
