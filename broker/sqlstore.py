@@ -129,11 +129,12 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     # run is ever created under a name that could escape the runs directory.
     validate_name("run id", run_id)
     now = models.utcnow()
-    conn.execute(sql.upsert(conn, runs).values(run_id=run_id, status=RunStatus.RUNNING.value,
-                                               revisions=0, created_at=now, updated_at=now,
-                                               token=secrets.token_hex(16))
-                 .on_conflict_do_nothing(index_elements=["run_id"]))
-    return run_record(conn.execute(select(runs).where(runs.c.run_id == run_id)).one())
+    created = conn.execute(sql.upsert(conn, runs).values(
+        run_id=run_id, status=RunStatus.RUNNING.value, revisions=0, created_at=now,
+        updated_at=now, token=secrets.token_hex(16))
+        .on_conflict_do_nothing(index_elements=["run_id"]).returning(*runs.c)).first()
+    return run_record(created if created is not None else conn.execute(
+        select(runs).where(runs.c.run_id == run_id)).one())
 
 
 def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str,
@@ -176,12 +177,12 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
 def accept_job_txn(conn: Connection, job_id: str, run_id: str, revision: int,
                    message: dict[str, Any]) -> JobRecord:
     now = models.utcnow()
-    conn.execute(sql.upsert(conn, jobs).values(
+    created = conn.execute(sql.upsert(conn, jobs).values(
         job_id=job_id, run_id=run_id, revision=revision, status=JobStatus.ACCEPTED.value,
         message=message, requeues=0, resumes=0, created_at=now, updated_at=now
-    ).on_conflict_do_nothing(
-            index_elements=["job_id"]))
-    return job_record(conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one())
+    ).on_conflict_do_nothing(index_elements=["job_id"]).returning(*jobs.c)).first()
+    return job_record(created if created is not None else conn.execute(
+        select(jobs).where(jobs.c.job_id == job_id)).one())
 
 
 def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) -> SlotRecord:
