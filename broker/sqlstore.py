@@ -315,7 +315,11 @@ class SqlStore:
         PostgreSQL deadlock and serialization failures roll the whole
         transaction back, so they are retried a few times as well. ``alone``: ``fn`` runs
         one statement, which on PostgreSQL is its own transaction (no BEGIN and COMMIT
-        around it: two round trips fewer, on the path of every call).
+        around it: two round trips fewer, on the path of every call). Such a statement
+        may have committed when its connection broke, so each one given ``alone`` is safe
+        to run again: a read, an idempotent update, or a take or wake that finds itself
+        done and answers False or None (fail closed: the attempt is then unresolved, the
+        job requeued by the sweep).
         """
         reconnected = False
         options: dict[str, Any] = {"revise_write": write}
