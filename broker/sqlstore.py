@@ -191,18 +191,10 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
     A stored slot for a different call marks the attempt failed (the caller
     raises ``SlotConflict`` after the transaction commits).
     """
-    where = sql.at(slot.identity, slot.run_id)
-    committed_at = slot.committed_at or models.utcnow()
-    inserted = conn.execute(sql.insert_slot(conn.dialect.name), where | {
-        "capability": slot.capability, "digest": slot.digest, "fingerprint": slot.fingerprint,
-        "chain_fingerprint": slot.chain_fingerprint or None, "line": slot.line,
-        "result": slot.result, "usage": dict(slot.usage), "cost": float(slot.cost),
-        "revision": slot.revision, "committed_at": committed_at}).first()
-    if inserted is not None:  # as a read gives it back: JSON columns hold JSON's values
-        stored = dataclasses.replace(slot, committed_at=committed_at, result=json.loads(
-            json.dumps(slot.result)), usage=json.loads(json.dumps(dict(slot.usage))))
-    else:
-        stored = slot_record(conn.execute(sql.SLOT_AT, where).one())
+    values = _slot_values(slot)
+    inserted = conn.execute(sql.insert_slot(conn.dialect.name), values).first()
+    stored = (_as_stored(slot, values) if inserted is not None else
+              slot_record(conn.execute(sql.SLOT_AT, sql.at(slot.identity, slot.run_id)).one()))
     if attempt_id is not None:
         if stored.same_call(slot.capability, slot.digest):
             conn.execute(sql.SUCCEED_ATTEMPT, {"attempt_id": attempt_id,
@@ -211,6 +203,22 @@ def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) 
             conn.execute(sql.CONFLICTED_ATTEMPT, {"attempt_id": attempt_id, "error": {
                 "code": SlotConflict.code, "message": _conflict_text(stored)}})
     return stored
+
+
+def _slot_values(slot: SlotRecord) -> dict[str, Any]:
+    return sql.at(slot.identity, slot.run_id) | {
+        "capability": slot.capability, "digest": slot.digest, "fingerprint": slot.fingerprint,
+        "chain_fingerprint": slot.chain_fingerprint or None, "line": slot.line,
+        "result": slot.result, "usage": dict(slot.usage), "cost": float(slot.cost),
+        "revision": slot.revision, "committed_at": slot.committed_at or models.utcnow()}
+
+
+def _as_stored(slot: SlotRecord, values: dict[str, Any]) -> SlotRecord:
+    """The slot inserted with ``values``, as a read gives it back (JSON columns hold JSON's
+    values)."""
+    return dataclasses.replace(slot, committed_at=values["committed_at"],
+                               result=json.loads(json.dumps(slot.result)),
+                               usage=json.loads(json.dumps(values["usage"])))
 
 
 class _Reconnect(Exception):
@@ -317,9 +325,10 @@ class SqlStore:
         one statement, which on PostgreSQL is its own transaction (no BEGIN and COMMIT
         around it: two round trips fewer, on the path of every call). Such a statement
         may have committed when its connection broke, so each one given ``alone`` is safe
-        to run again: a read, an idempotent update, or a take or wake that finds itself
-        done and answers False or None (fail closed: the attempt is then unresolved, the
-        job requeued by the sweep).
+        to run again: a read, an idempotent update, a take or wake that finds itself done
+        and answers False or None (fail closed: the attempt is then unresolved, the job
+        requeued by the sweep), or a new slot's commit that finds the slot stored (the
+        commit transaction then reads it and decides).
         """
         reconnected = False
         options: dict[str, Any] = {"revise_write": write}
@@ -650,6 +659,14 @@ class SqlStore:
 
 
     def commit(self, slot: SlotRecord, attempt_id: int | None) -> SlotRecord:
+        if attempt_id is not None and self.engine.dialect.name == "postgresql":
+            values = _slot_values(slot)
+            params = {f"slot_{name}": value for name, value in values.items()} | {
+                "attempt_id": attempt_id, "now": models.utcnow()}
+            new = self._run("committing a slot", lambda c: c.execute(
+                sql.COMMIT_NEW_SLOT, params).scalar(), alone=True)
+            if new is not None:
+                return _as_stored(slot, values)
         stored = self._run("committing a slot", lambda c: commit_slot_txn(c, slot, attempt_id))
         if not stored.same_call(slot.capability, slot.digest):
             raise SlotConflict(_conflict_text(stored), identity=slot.identity)

@@ -132,6 +132,22 @@ SUCCEED_ATTEMPT = (update(attempts)
                    .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN))
                    .values(status=AttemptStatus.SUCCEEDED.value,
                            answered_at=bindparam("now")))
+# Its parameters are named slot_<column>: an UPDATE given parameters named as its table's
+# columns would set those columns too.
+_SLOT_VALUES = {c.name: bindparam(f"slot_{c.name}") for c in slots.c if c.name != "id"}
+_NEW_SLOT = (postgresql.insert(slots).values(_SLOT_VALUES)
+             .on_conflict_do_nothing(index_elements=SLOT_KEY).returning(slots.c.id)
+             .cte("new_slot"))
+# PostgreSQL: a paid result's slot and its attempt settled, in one statement, when the slot
+# is new (the common case); it names the new slot's id, else NULL and changes nothing (the
+# identity has a slot: the commit transaction reads it and decides). Parameters: slot_<column>
+# for the slot, attempt_id and now.
+COMMIT_NEW_SLOT = select(_NEW_SLOT.c.id).add_cte(
+    update(attempts)
+    .where(attempts.c.id == bindparam("attempt_id"), attempts.c.status.in_(OPEN),
+           select(_NEW_SLOT.c.id).exists())
+    .values(status=AttemptStatus.SUCCEEDED.value, answered_at=bindparam("now"))
+    .returning(attempts.c.id).cte("settled"))
 CONFLICTED_ATTEMPT = (update(attempts)
                       .where(attempts.c.id == bindparam("attempt_id"),
                              attempts.c.status.in_(OPEN))

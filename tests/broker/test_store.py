@@ -138,9 +138,10 @@ def test_commit_is_idempotent_and_conflicts_are_typed(store):
 
 def test_commit_settles_the_attempt(store):
     won = claim(store).attempt
-    store.commit(slot(), won.id)
+    stored = store.commit(slot(), won.id)
+    assert stored == store.get_slot(RUN, IDENT)  # what the commit answers is what is stored
     assert store.list_attempts(RUN)[0].status is AttemptStatus.SUCCEEDED
-    store.commit(slot(), won.id)  # a redelivered commit changes nothing
+    assert store.commit(slot(), won.id) == stored  # a redelivered commit changes nothing
     assert store.list_attempts(RUN)[0].status is AttemptStatus.SUCCEEDED
 
     other = Identity("other/#0", (), 0)
