@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from sqlalchemy import event
 
 from broker.claim import budget_check
@@ -104,15 +103,15 @@ def test_settled_attempts_come_with_their_slots(store):
     assert seen[waiting.attempt.id] == (AttemptStatus.PENDING, None)
 
 
-def test_an_attempt_settled_while_a_copy_decides_it_is_replayed(store, store_url):
+def test_an_attempt_settled_while_a_copy_decides_it_is_replayed(postgres_url):
     """A copy of the call decides it while a broker commits the first copy's attempt: what
     the copy sees of that attempt is one state, read whole, so it replays the committed
-    slot rather than finding a settled attempt in its way (which stopped it unresolved)."""
-    if not store_url.startswith("postgresql"):
-        pytest.skip("SQLite lets one writer in at a time: nothing commits during a claim")
+    slot rather than finding a settled attempt in its way (which stopped it unresolved).
+    PostgreSQL only: SQLite lets one writer in at a time, so nothing commits during a claim."""
+    store = SqlStore.open(postgres_url)
     first, _ = _claim(store, 0)
     assert store.take_attempt(first.attempt.id, "broker:1")
-    broker = SqlStore.open(store_url)
+    broker = SqlStore.open(postgres_url)
     committed = slot(first.attempt.identity, capability="image.generate",
                      digest=first.attempt.digest)
 
@@ -126,5 +125,6 @@ def test_an_attempt_settled_while_a_copy_decides_it_is_replayed(store, store_url
     finally:
         event.remove(store.engine, "after_cursor_execute", commit_after_the_first_read)
         broker.close()
+        store.close()
     assert again.slot is not None and again.slot.result == committed.result
     assert not again.in_the_way
