@@ -15,7 +15,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import httpcore  # noqa: F401  (see below)
 import httpx
+
+# httpx imports httpcore, and httpcore trio when it is installed, on the first client it
+# makes: about half a second of one core, which would land on a broker worker's first
+# calls in flight (the import lock holds every other first call behind it). Here it is
+# paid when the worker starts.
 
 
 class ClientPool:
