@@ -15,7 +15,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Integer, LargeBinary, literal, select, union_all
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
 from broker.artifacts import (
@@ -53,12 +54,20 @@ class SqlArtifactStore:
         check_size(len(data), self.max_bytes, self.where)
         ref = ArtifactRef(id=artifact_id(data), media_type=media_type, size=len(data))
         parts = [data[i:i + CHUNK_BYTES] for i in range(0, len(data), CHUNK_BYTES)] or [b""]
+        values = {"id": ref.id, "media_type": media_type, "size": len(data),
+                  "chunks": len(parts), "created_at": datetime.now(UTC)}
         try:
+            if self.engine.dialect.name == "postgresql":
+                # One statement, so no BEGIN and COMMIT around it: a paid call's image is
+                # stored on every call's path.
+                with self.engine.connect().execution_options(
+                        isolation_level="AUTOCOMMIT") as conn:
+                    conn.execute(_put_in_one_statement(values, parts))
+                return ref
             with self.engine.begin() as conn:
-                added = conn.execute(upsert(conn, artifacts).values(
-                    id=ref.id, media_type=media_type, size=len(data), chunks=len(parts),
-                    created_at=datetime.now(UTC)).on_conflict_do_nothing(index_elements=["id"])
-                    .returning(artifacts.c.id)).first()
+                added = conn.execute(upsert(conn, artifacts).values(**values)
+                                     .on_conflict_do_nothing(index_elements=["id"])
+                                     .returning(artifacts.c.id)).first()
                 if added is not None:  # the first writer stores the bytes, in the same commit
                     for number, part in enumerate(parts):
                         conn.execute(chunks.insert().values(artifact_id=ref.id, number=number,
@@ -110,3 +119,14 @@ class SqlArtifactStore:
 
     def path(self, artifact: RefOrId) -> None:
         return None
+
+
+def _put_in_one_statement(values: dict[str, Any], parts: list[bytes]) -> Any:
+    """PostgreSQL: the row, and its chunks only if this statement added it (a writer that
+    finds the row stored by another adds nothing), as one statement."""
+    added = (postgresql.insert(artifacts).values(**values)
+             .on_conflict_do_nothing(index_elements=["id"])
+             .returning(artifacts.c.id).cte("added"))
+    rows = union_all(*(select(added.c.id, literal(number, Integer),
+                              literal(part, LargeBinary)) for number, part in enumerate(parts)))
+    return chunks.insert().from_select(["artifact_id", "number", "data"], rows)
