@@ -115,6 +115,21 @@ def quiet_capability_sends(sender: Any = None, **_: Any) -> None:
         app.conf.task_send_sent_event = False
 
 
+@worker_init.connect
+def share_result_backend(sender: Any = None, **_: Any) -> None:
+    """One result backend, and so one Redis connection pool, for all of a worker's
+    threads. Celery makes one per thread unless told otherwise: each of a sandbox
+    worker's 256 threads made a backend, a pool and a connection on its first task, all
+    at once when a burst of jobs arrived. A worker only stores results, which is safe to
+    share; a client waiting on results keeps one per thread (``workers.client``: its
+    result consumer's pub/sub is not). Made here, before any thread asks for it: threads
+    that ask at once for a backend not yet made each make one."""
+    app = getattr(sender, "app", None)
+    if isinstance(app, ReviseCelery):
+        app.conf.result_backend_thread_safe = True
+        app.backend  # noqa: B018  (made and cached now)
+
+
 @beat_init.connect
 def quiet_beat_sends(sender: Any = None, **_: Any) -> None:
     """The beat sends only the sweep; its ``task-sent`` event would put it in Flower's

@@ -1,0 +1,62 @@
+"""A worker's threads share one result backend (one Redis connection pool); a client's
+threads keep one each. Real Redis, real Celery backends."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from broker.settings import Settings
+from workers.app import ReviseCelery, make_app, share_result_backend
+
+pytestmark = pytest.mark.redis
+
+
+class _Worker:
+    """What sends ``worker_init``: a worker holding its app."""
+
+    def __init__(self, app: ReviseCelery) -> None:
+        self.app = app
+
+
+def _backends_of_threads(app: ReviseCelery, threads: int) -> list[Any]:
+    seen: list[Any] = []
+    lock = threading.Lock()
+
+    def look() -> None:
+        backend = app.backend
+        with lock:
+            seen.append(backend)
+
+    running = [threading.Thread(target=look) for _ in range(threads)]
+    for thread in running:
+        thread.start()
+    for thread in running:
+        thread.join()
+    return seen
+
+
+def test_a_workers_threads_share_one_backend_that_stores_results(redis_url: str) -> None:
+    app = make_app(Settings(redis_url=redis_url))
+    share_result_backend(sender=_Worker(app))  # what Celery calls on worker_init
+    backends = _backends_of_threads(app, 8)
+    assert len({id(backend) for backend in backends}) == 1
+
+    def store(n: int) -> None:
+        app.backend.store_result(f"shared-backend-{n}", {"n": n}, "SUCCESS")
+
+    storing = [threading.Thread(target=store, args=(n,)) for n in range(8)]
+    for thread in storing:
+        thread.start()
+    for thread in storing:
+        thread.join()
+    for n in range(8):
+        assert app.backend.get_task_meta(f"shared-backend-{n}")["result"] == {"n": n}
+
+
+def test_a_clients_threads_keep_a_backend_each(redis_url: str) -> None:
+    app = make_app(Settings(redis_url=redis_url))
+    backends = _backends_of_threads(app, 4)
+    assert len({id(backend) for backend in backends}) == 4
