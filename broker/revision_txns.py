@@ -43,11 +43,18 @@ from broker.records import (
 def put_blob_txn(conn: Connection, run_id: str, kind: str, data: bytes) -> str:
     """Store ``data`` under its sha256 for the run (once: same digest, same bytes): the
     run's inputs and the claimed calls' payloads."""
-    digest = sha256_hex(data)
-    conn.execute(sql.insert_blob(conn.dialect.name), {
-        "run_id": run_id, "digest": digest, "kind": kind, "data": data,
-        "created_at": models.utcnow()})
-    return digest
+    return put_blobs_txn(conn, run_id, {kind: data})[kind]
+
+
+def put_blobs_txn(conn: Connection, run_id: str, blobs: dict[str, bytes]) -> dict[str, str]:
+    """``put_blob_txn`` for several blobs (kind: bytes) in one statement; their digests."""
+    digests = {kind: sha256_hex(data) for kind, data in blobs.items()}
+    now = models.utcnow()
+    conn.execute(sql.insert_blob(conn.dialect.name), [
+        {"run_id": run_id, "digest": digests[kind], "kind": kind, "data": data,
+         "created_at": now} for kind, data in blobs.items()])
+    return digests
+
 
 def slots_txn(conn: Connection, run_id: str) -> list[SlotRecord]:
     rows = conn.execute(sql.SLOTS_OF_RUN, {"run_id": run_id}).all()

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Connection,
     Engine,
+    case,
     create_engine,
     event,
     func,
@@ -105,7 +106,7 @@ from broker.revision_txns import (
     end_revision_txn,
     fail_job_revision_txn,
     fail_run_txn,
-    put_blob_txn,
+    put_blobs_txn,
     revision_facts_txn,
     save_certificate_txn,
     slots_txn,
@@ -147,23 +148,25 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     touched = conn.execute(update(runs).where(runs.c.run_id == run_id).values(updated_at=now))
     if touched.rowcount == 0:
         raise RunNotFound(f"run {run_id!r} does not exist; create it first", run_id=run_id)
-    running = conn.execute(select(revisions.c.revision, revisions.c.owner).where(
-        revisions.c.run_id == run_id, revisions.c.status == RevisionStatus.RUNNING
-    ).limit(1)).first()
-    if running is not None:
+    facts = conn.execute(select(
+        func.max(revisions.c.revision).label("latest"),
+        func.max(case((revisions.c.status == RevisionStatus.RUNNING, revisions.c.revision)))
+        .label("running")).where(revisions.c.run_id == run_id)).one()
+    if facts.running is not None:
+        owner_now = conn.execute(select(revisions.c.owner).where(
+            revisions.c.run_id == run_id, revisions.c.revision == facts.running)).scalar()
         raise RunBusy(
-            f"run {run_id!r} has revision {running.revision} still running (owner "
-            f"{running.owner or 'unknown'}); one revision of a run runs at a time, so that two "
+            f"run {run_id!r} has revision {facts.running} still running (owner "
+            f"{owner_now or 'unknown'}); one revision of a run runs at a time, so that two "
             f"never pay for the same call. Wait for it (`revise show {run_id}` shows it "
             "running until it ends) and submit again; a revision whose runner died is failed "
             "once its lease expires",
-            run_id=run_id, revision=running.revision)
-    latest = conn.execute(select(func.max(revisions.c.revision))
-                          .where(revisions.c.run_id == run_id)).scalar()
-    number = (latest or 0) + 1
-    args_digest = None if args is None else put_blob_txn(conn, run_id, "args", args)
-    envelope_digest = None if envelope is None else put_blob_txn(conn, run_id, "envelope",
-                                                                 envelope)
+            run_id=run_id, revision=facts.running)
+    number = (facts.latest or 0) + 1
+    inputs = {kind: data for kind, data in (("args", args), ("envelope", envelope))
+              if data is not None}
+    digests = put_blobs_txn(conn, run_id, inputs) if inputs else {}
+    args_digest, envelope_digest = digests.get("args"), digests.get("envelope")
     conn.execute(insert(revisions).values(run_id=run_id, revision=number, source_text=source_text,
                                           source_digest=source_digest,
                                           status=RevisionStatus.RUNNING,

@@ -22,6 +22,7 @@ from broker.errors import RunBusy, RunNotFound, SlotConflict, StoreError, StoreU
 from broker.identity import Identity, sha256_hex
 from broker.migrations import upgrade
 from broker.models import Base
+from broker.owner import current_owner
 from broker.records import (
     AttemptStatus,
     CallClaim,
@@ -81,7 +82,8 @@ def test_runs_and_revision_numbering(store):
         numbers.append(store.add_revision(RUN, f"src {i}", f"h{i}"))
         with pytest.raises(RunBusy) as busy:  # one revision of a run runs at a time
             store.add_revision(RUN, "another", "h")
-        assert f"revision {numbers[-1]} still running" in busy.value.message
+        assert f"revision {numbers[-1]} still running (owner {current_owner()})" in \
+            busy.value.message
         store.finish_revision(RUN, numbers[-1], "failed", {})
     assert numbers == [1, 2, 3]
     store.finish_revision(RUN, 2, "succeeded", {"calls": 4})
@@ -581,3 +583,17 @@ def test_migrations_match_the_models(store_url):
             assert compare_metadata(context, Base.metadata) == []
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("args, envelope", [(b'{"n":1}', b'{"budget":2}'), (b"{}", b"{}"),
+                                            (b'{"n":1}', None), (None, None)])
+def test_a_revisions_inputs_are_stored_with_it(store, args, envelope):
+    store.ensure_run(RUN)
+    number = store.add_revision(RUN, "src", "h", args=args, envelope=envelope)
+    record = store.get_revision(RUN, number)
+    named = {digest: data for digest, data in ((record.args_digest, args),
+                                                (record.envelope_digest, envelope))
+             if data is not None}
+    assert [record.args_digest is None, record.envelope_digest is None] == [
+        args is None, envelope is None]
+    assert store.get_blobs(RUN, list(named)) == named
