@@ -21,7 +21,7 @@ from typing import Any
 from broker.catalog import lookup
 from broker.charging import counts_as_paid, never_sent
 from broker.envelope import Envelope
-from broker.errors import InputError, OrphanStop, Parked, RevisionNotRunning
+from broker.errors import InputError, OrphanStop, Parked, RevisionNotRunning, RunBusy
 from broker.identity import Identity, canonical_json, sha256_hex
 from broker.prefix import Prefix
 from broker.records import (
@@ -110,9 +110,6 @@ class Pipeline:
         source = decode_source(script)
         args_text = args_json(args, envelope)
         slots = self.store.open_run(run_id)
-        # One revision of a run runs at a time: one whose runner is gone is failed first,
-        # so that a crashed run can be repaired at once (a live one makes this RunBusy).
-        sweep_revisions(self.store, self.settings.revision_lease_seconds, run_id=run_id)
         decided = admit(source, slots, relocation=str(self.settings.relocation))
         accepted = None if isinstance(decided, Refusal) else decided
 
@@ -121,7 +118,7 @@ class Pipeline:
             return job(Admitted(run_id, number, source, args_text, accepted,
                                 RunReport(run_id=run_id, revision=number)))
 
-        revision = self.store.add_revision(
+        revision = self._add_revision(
             run_id, source.text, source.digest, args=args_text.encode("utf-8"),
             envelope=envelope_bytes(envelope),
             job=accepted_job if job is not None and accepted is not None else None)
@@ -131,6 +128,19 @@ class Pipeline:
             return Admitted(run_id, revision, source, args_text, None, report)
         report.gate = GateReport.model_validate(decided.gate.to_json())
         return Admitted(run_id, revision, source, args_text, decided, report)
+
+    def _add_revision(self, run_id: str, *args: Any, **kwargs: Any) -> int:
+        """``store.add_revision``. One revision of a run runs at a time: one whose runner is
+        gone is failed first, so that a crashed run can be repaired at once; a live one
+        makes this RunBusy. The sweep runs only when a revision is running, which the
+        numbering sees anyway."""
+        try:
+            return self.store.add_revision(run_id, *args, **kwargs)
+        except RunBusy:
+            if not sweep_revisions(self.store, self.settings.revision_lease_seconds,
+                                   run_id=run_id):
+                raise
+        return self.store.add_revision(run_id, *args, **kwargs)
 
     def _refused(self, report: RunReport, refusal: Refusal) -> None:
         if refusal.gate is None:

@@ -12,7 +12,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from broker.envelope import Envelope
+from broker.errors import RunBusy
 from broker.owner import current_owner
 from broker.sqlstore import SqlStore
 from orchestrator.embedded import open_services
@@ -74,6 +77,34 @@ def test_a_revision_numbered_by_a_dead_dispatcher_is_failed_and_the_run_resumes(
 
         again = services.pipeline().run("r", script("crash_seq"), {}, Envelope()).to_json()
         assert again["status"] == "succeeded" and again["calls"]["replayed"] == 2
+    finally:
+        services.close()
+    assert len(provider_lines(home)) == 2
+
+
+def test_a_submit_fails_a_dead_owners_revision_first_and_refuses_beside_a_live_one(
+        tmp_path: Path) -> None:
+    """No sweep in between: the submit itself fails the revision whose owner died, then
+    runs; beside a revision whose owner lives it is refused (RunBusy), changing nothing."""
+    home = tmp_path / "home"
+    services = open_services(settings_for(home), runner=ProcessRunner())
+    try:
+        services.pipeline().run("r", script("crash_seq"), {}, Envelope())
+        proc = _FORK.Process(target=_number_and_die, args=(
+            services.settings.resolved_database_url, "r", script("crash_seq")))
+        proc.start()
+        proc.join(60)
+        again = services.pipeline().run("r", script("crash_seq"), {}, Envelope()).to_json()
+        assert again["revision"] == 3 and again["status"] == "succeeded"
+        assert again["calls"]["replayed"] == 2
+        lost = services.store.get_revision("r", 2)
+        assert lost.status == "failed" and lost.summary["error"]["type"] == "RevisionLost"
+
+        live = services.store.add_revision("r", "src", "h")  # owned by this process
+        with pytest.raises(RunBusy):
+            services.pipeline().run("r", script("crash_seq"), {}, Envelope())
+        assert services.store.get_revision("r", live).status == "running"
+        assert services.store.get_run("r").revisions == live
     finally:
         services.close()
     assert len(provider_lines(home)) == 2
