@@ -10,6 +10,7 @@ one from an idle worker.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import threading
@@ -17,7 +18,7 @@ from functools import cached_property
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import after_setup_logger, beat_init, worker_init
+from celery.signals import after_setup_logger, beat_init, worker_init, worker_ready
 
 from broker.settings import Settings, SettingsError
 from workers.config import WorkerSettings
@@ -137,6 +138,18 @@ def quiet_beat_sends(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if isinstance(app, ReviseCelery):
         app.conf.task_send_sent_event = False
+
+
+@worker_ready.connect
+def freeze_startup_objects(sender: Any = None, **_: Any) -> None:
+    """What a worker holds once started (its modules, the app, Celery, SQLAlchemy and
+    pydantic: a few hundred thousand objects that live as long as it does) leaves the
+    garbage collector's view. A full collection walked them all, about 150 ms of CPU
+    each time in a busy worker, for nothing it could free: measured over 100 jobs, full
+    collections were half of the sandbox and broker workers' collection time, about 6 %
+    of their CPU."""
+    if isinstance(getattr(sender, "app", None), ReviseCelery):
+        gc.freeze()
 
 
 @after_setup_logger.connect

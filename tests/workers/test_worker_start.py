@@ -1,17 +1,17 @@
-"""A worker's threads share one result backend (one Redis connection pool); a client's
-threads keep one each. Real Redis, real Celery backends."""
+"""What a worker does as it starts: its threads share one result backend (one Redis
+connection pool), where a client's threads keep one each (real Redis, real Celery
+backends); what it holds once started leaves the garbage collector's view."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from typing import Any
 
 import pytest
 
 from broker.settings import Settings
-from workers.app import ReviseCelery, make_app, share_result_backend
-
-pytestmark = pytest.mark.redis
+from workers.app import ReviseCelery, freeze_startup_objects, make_app, share_result_backend
 
 
 class _Worker:
@@ -38,6 +38,7 @@ def _backends_of_threads(app: ReviseCelery, threads: int) -> list[Any]:
     return seen
 
 
+@pytest.mark.redis
 def test_a_workers_threads_share_one_backend_that_stores_results(redis_url: str) -> None:
     app = make_app(Settings(redis_url=redis_url))
     share_result_backend(sender=_Worker(app))  # what Celery calls on worker_init
@@ -56,7 +57,21 @@ def test_a_workers_threads_share_one_backend_that_stores_results(redis_url: str)
         assert app.backend.get_task_meta(f"shared-backend-{n}")["result"] == {"n": n}
 
 
+@pytest.mark.redis
 def test_a_clients_threads_keep_a_backend_each(redis_url: str) -> None:
     app = make_app(Settings(redis_url=redis_url))
     backends = _backends_of_threads(app, 4)
     assert len({id(backend) for backend in backends}) == 4
+
+
+def test_a_started_workers_objects_leave_the_collectors_view() -> None:
+    before = gc.get_freeze_count()
+    app = make_app(Settings())
+    try:
+        freeze_startup_objects(sender=_Worker(app))  # what Celery calls on worker_ready
+        frozen = gc.get_freeze_count()
+        assert frozen > before
+        freeze_startup_objects(sender=object())  # not a Revise worker: nothing happens
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
