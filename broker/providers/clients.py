@@ -15,13 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import httpcore  # noqa: F401  (see below)
 import httpx
-
-# httpx imports httpcore, and httpcore trio when it is installed, on the first client it
-# makes: about half a second of one core, which would land on a broker worker's first
-# calls in flight (the import lock holds every other first call behind it). Here it is
-# paid when the worker starts.
 
 
 class ClientPool:
@@ -30,6 +24,12 @@ class ClientPool:
 
     def __init__(self, make: Callable[[], httpx.Client], shared: httpx.Client | None = None
                  ) -> None:
+        # httpx imports httpcore (and httpcore trio, when installed) on the first client
+        # it makes: about half a second of one core, which would land on a broker
+        # worker's first calls in flight, every other first call waiting on the import
+        # lock. A pool is made with its provider, which a broker worker builds as it
+        # starts; the processes that never call a provider never import it.
+        import httpcore  # noqa: F401
         self._make = make
         self._shared = shared
         self._lock = threading.Lock()

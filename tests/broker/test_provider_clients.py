@@ -1,6 +1,8 @@
 """A provider adapter's HTTP clients (``broker.providers.clients``): one per request in
 flight, kept for the next request, on a real server on 127.0.0.1."""
 
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
@@ -38,3 +40,17 @@ def test_an_injected_client_serves_every_request_and_stays_open() -> None:
         assert _post(pool, f"{server.base_url}/images/generations") == 200
         pool.close()
         assert pool.made == 0 and not shared.is_closed
+
+
+def test_httpx_transport_is_imported_with_the_pool_not_on_the_first_request() -> None:
+    """A fresh interpreter: importing the module loads no transport (the processes that
+    never call a provider do not pay for it); making a pool does, before any request."""
+    probe = ("import sys\n"
+             "import httpx\n"
+             "from broker.providers.clients import ClientPool\n"
+             "before = 'httpcore' in sys.modules\n"
+             "ClientPool(httpx.Client)\n"
+             "print(before, 'httpcore' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=60, check=True)
+    assert done.stdout.split() == ["False", "True"]
