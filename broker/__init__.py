@@ -5,9 +5,17 @@ one error hierarchy. The layer every other one builds on; it imports none of the
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 from broker.exports import lazy_exports
+
+# httpx imports its command-line client, and with it rich, pygments and click, whenever
+# they are installed (the `revise` program needs rich): 6 MB in every process that
+# imports httpx, five of them in the Procfile stack, for a program none of them runs.
+# None in sys.modules makes that import fail as if they were missing (httpx then defines
+# a `main` that says so). Every package of Revise imports this one first.
+sys.modules.setdefault("httpx._main", None)
 
 if TYPE_CHECKING:
     from broker.artifact_stores import open_artifact_store

@@ -63,7 +63,6 @@ from broker.errors import (
     StoreUnavailable,
 )
 from broker.identity import Identity
-from broker.migrations import current_revision, head_revision, upgrade
 from broker.models import (
     attempt_record,
     attempts,
@@ -112,6 +111,7 @@ from broker.revision_txns import (
     slots_txn,
     start_revision_txn,
 )
+from broker.schema import SCHEMA_HEAD, stored_revision
 
 T = TypeVar("T")
 
@@ -302,12 +302,14 @@ class SqlStore:
                                    url=safe) from exc
         store = cls(engine)
         try:
-            if migrate:
+            with store._translated("reading the schema version"):
+                found = stored_revision(engine)
+            if found != SCHEMA_HEAD and migrate:
+                from broker.migrations import upgrade  # Alembic, only when the schema moves
+
                 with store._translated("migrating the schema"):
                     upgrade(engine)
-            else:
-                with store._translated("reading the schema version"):
-                    found = current_revision(engine)
+            elif not migrate:
                 _require_head(found, parsed.render_as_string(hide_password=True))
         except BaseException:
             engine.dispose()
@@ -819,7 +821,7 @@ class SqlStore:
 
 
 def _require_head(found: str | None, where: str) -> None:
-    head = head_revision()
+    head = SCHEMA_HEAD
     if found == head:
         return
     if found is None:

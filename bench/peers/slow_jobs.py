@@ -69,6 +69,7 @@ except ImportError:  # the peers extra is missing: only --system revise runs
 
 
 def revise(jobs: int, calls: int, provider: str, home: Path) -> dict[str, float]:
+    from broker.database import prepare_database
     from broker.envelope import Envelope
     from peers.revise import redis_url
     from peers.scratch import scratch_database
@@ -80,6 +81,7 @@ def revise(jobs: int, calls: int, provider: str, home: Path) -> dict[str, float]
               '" " + str(i)})\n        out.append(image["artifact"]["id"])\n'
               "    return out\n")
     with scratch_database(PG_ADMIN) as database_url:
+        prepare_database(database_url)  # `revise db upgrade`, as the README's deployment
         stack = Stack(home, database_url, redis_url())
         stack.env.update({"REVISE_SANDBOX": "process", "REVISE_PROVIDER": "http",
                           "REVISE_PROVIDER_BASE_URL": provider,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +22,7 @@ from sqlalchemy import create_engine, make_url
 from broker.catalog import CAPABILITY_NAMES, lookup
 from broker.errors import RunBusy, RunNotFound, SlotConflict, StoreError, StoreUnavailable
 from broker.identity import Identity, sha256_hex
-from broker.migrations import upgrade
+from broker.migrations import head_revision, upgrade
 from broker.models import Base
 from broker.owner import current_owner
 from broker.records import (
@@ -30,6 +32,7 @@ from broker.records import (
     RunStatus,
     SlotRecord,
 )
+from broker.schema import SCHEMA_HEAD
 from broker.sqlstore import SqlStore
 
 RUN = "run-1"
@@ -597,3 +600,20 @@ def test_a_revisions_inputs_are_stored_with_it(store, args, envelope):
     assert [record.args_digest is None, record.envelope_digest is None] == [
         args is None, envelope is None]
     assert store.get_blobs(RUN, list(named)) == named
+
+
+def test_the_schema_head_is_the_migrations_head():
+    assert SCHEMA_HEAD == head_revision()
+
+
+def test_a_store_at_head_opens_without_alembic(store_url):
+    """A process opening a store already at head (every worker start but the first after
+    an upgrade) reads its version with one query and never imports Alembic."""
+    SqlStore.open(store_url).close()  # migrated here
+    probe = ("import sys\n"
+             "from broker.sqlstore import SqlStore\n"
+             f"SqlStore.open({store_url!r}).close()\n"
+             "print('alembic' in sys.modules, 'pygments' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["False", "False"]
