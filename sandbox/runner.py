@@ -47,10 +47,12 @@ from sandbox.bwrap import (
 )
 from sandbox.child import ChildSandbox, init_pidfd, wait_until_armed
 from sandbox.job import (
+    COMPILED_LANGUAGE,
     COMPILED_RUNTIME,
     RUNTIME_FILES,
     SANDBOX_DIR,
     SandboxJob,
+    compiled_file,
     compiled_runtime,
 )
 from sandbox.launch import Launched, launch_cold
@@ -188,8 +190,11 @@ class ProcessRunner(WarmLaunches):
         with contextlib.ExitStack() as stack:
             contents = [(name, (SANDBOX_DIR / name).read_bytes()) for name in RUNTIME_FILES]
             if profile.compiled_runtime:
-                contents.append((COMPILED_RUNTIME, compiled_runtime(dict(contents)["runtime.py"])))
-            files = tuple((name, stack.enter_context(_memfd(name, data)))
+                sources = dict(contents)
+                contents += [(COMPILED_RUNTIME, compiled_runtime(sources["runtime.py"])),
+                             (COMPILED_LANGUAGE, compiled_file(sources["language.py"],
+                                                               "language.py"))]
+            files = tuple((name, stack.enter_context(_memfd(Path(name).name, data)))
                           for name, data in contents)
             seccomp = stack.enter_context(_memfd("seccomp", compile_bpf(profile.seccomp)))
             info_r, info_w = os.pipe()
