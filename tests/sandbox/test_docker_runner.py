@@ -408,22 +408,3 @@ def test_sigterm_of_the_host_process_removes_its_container(docker_client, sandbo
             proc.kill()
     with pytest.raises(NotFound):
         docker_client.containers.get(container_id)
-
-
-def test_the_runtimes_language_module_is_imported_from_bytecode(docker_client,
-                                                               sandbox_settings, rpc_dirs):
-    """The image holds language.py's .pyc in ``__pycache__``, which the runtime's import
-    reads as it is: nothing is compiled in the container (``python -v`` names the file a
-    module's code object came from)."""
-    code = "import sys\nsys.path.insert(0, '/opt/revise')\nimport language\nprint('imported')\n"
-    runner = DockerRunner(sandbox_settings, client=docker_client,
-                          command=("python3", "-I", "-S", "-B", "-v", "-c", code))
-    launched = runner.launch("language-pyc", rpc_dirs(), SandboxLimits())
-    try:
-        assert launched.sandbox.wait(60) == 0, launched.sandbox.output()
-        output = launched.sandbox.output()
-    finally:
-        launched.sandbox.cleanup()
-        launched.listener.close()
-    assert "imported" in output
-    assert "code object from '/opt/revise/__pycache__/language." in output, output[-2000:]

@@ -73,3 +73,17 @@ def test_value_problem_measures_depth_without_recursion() -> None:
     for _ in range(LIMITS["value_depth"]):
         shallow = [shallow]
     assert value_problem(shallow) is None
+
+
+@pytest.mark.parametrize("sandbox", ["process", pytest.param("docker", marks=pytest.mark.docker)])
+def test_the_runtime_imports_this_module_from_bytecode(request, sandbox) -> None:
+    """Both sandboxes hold this module's .pyc in ``/opt/revise/__pycache__`` (the process
+    sandbox binds it, the image is built with it), which the runtime's import reads as it
+    is: nothing is compiled in the sandbox (``python -v`` names the file a module's code
+    object came from)."""
+    python = request.getfixturevalue("process_python") if sandbox == "process" else "python3"
+    run = request.getfixturevalue("run_process_probe" if sandbox == "process" else "run_probe")
+    code = "import sys\nsys.path.insert(0, '/opt/revise')\nimport language\nprint('imported')\n"
+    exit_code, output, _ = run(code, command=(python, "-I", "-S", "-B", "-v", "-c", code))
+    assert exit_code == 0 and "imported" in output, output[-2000:]
+    assert "code object from '/opt/revise/__pycache__/language." in output, output[-2000:]

@@ -19,7 +19,7 @@ import pytest
 
 from broker.envelope import SandboxLimits
 from broker.errors import SandboxUnavailable
-from sandbox.job import COMPILED_LANGUAGE, remove_rpc_dir
+from sandbox.job import remove_rpc_dir
 from sandbox.process_profile import ProcessSettings
 from sandbox.runner import ProcessRunner
 from tests.acceptance.probes import FORK_BOMB
@@ -485,21 +485,3 @@ def test_a_sandbox_python_of_other_bytecode_runs_the_runtime_source(process_pyth
     monkeypatch.setattr(ProcessRunner, "_preflight", preflight)
     command = ProcessRunner().profile(SandboxLimits()).sandbox_command()
     assert seen and command[-2] == "/opt/revise/runtime.py"
-
-
-def test_the_runtimes_language_module_is_imported_from_bytecode(process_python, rpc_dirs):
-    """language.py is bound with its .pyc in ``__pycache__``, which the runtime's import
-    reads as it is: nothing is compiled in the sandbox (``python -v`` names the file a
-    module's code object came from)."""
-    code = "import sys\nsys.path.insert(0, '/opt/revise')\nimport language\nprint('imported')\n"
-    runner = ProcessRunner(command=(process_python, "-I", "-S", "-B", "-v", "-c", code))
-    launched = runner.launch("language-pyc", rpc_dirs(), SandboxLimits())
-    try:
-        assert launched.sandbox.wait(30) == 0, launched.sandbox.output()
-        output = launched.sandbox.output()
-    finally:
-        launched.sandbox.cleanup()
-        launched.listener.close()
-        remove_rpc_dir(launched.job.rpc_dir)
-    assert "imported" in output
-    assert f"code object from '/opt/revise/{COMPILED_LANGUAGE}'" in output, output[-2000:]
