@@ -164,20 +164,18 @@ def print_startup(runs: int) -> None:
 def bench_runtime_start(runs: int) -> dict[str, float]:
     """ms of CPU (the children's rusage) per start, for each way of starting."""
     import resource
-    import shutil
     import socket
     import subprocess
     import threading
 
-    from sandbox.job import COMPILED_RUNTIME, RUNTIME_FILES, SANDBOX_DIR, compiled_runtime
+    from sandbox.job import COMPILED_RUNTIME, runtime_contents
 
     python = ProcessRunner().profile(SandboxLimits()).python
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="rt-") as tmp:
-        for name in RUNTIME_FILES:
-            shutil.copy(SANDBOX_DIR / name, Path(tmp) / name)
-        (Path(tmp) / COMPILED_RUNTIME).write_bytes(compiled_runtime(
-            (SANDBOX_DIR / "runtime.py").read_bytes()))
+        for name, data in runtime_contents(compiled=True):  # what a process sandbox holds
+            (Path(tmp) / name).parent.mkdir(exist_ok=True)
+            (Path(tmp) / name).write_bytes(data)
         path = str(Path(tmp) / "s.sock")
         listener = socket.socket(socket.AF_UNIX)
         listener.bind(path)

@@ -35,27 +35,33 @@ SANDBOX_DIR = Path(__file__).parent
 
 def runtime_command(python: str = "python3", *, compiled: bool = False) -> list[str]:
     """The command a sandbox runs: the runtime, pointed at the socket (``-I``: isolated);
-    ``compiled``: its bytecode (``compiled_runtime``) instead of its source."""
+    ``compiled``: its bytecode (``compiled_file``) instead of its source."""
     name = COMPILED_RUNTIME if compiled else "runtime.py"
     return [python, "-I", "-S", "-B", f"{RUNTIME_DIR}/{name}", f"{SANDBOX_RPC_DIR}/{SOCKET_NAME}"]
 
 
-def compiled_runtime(source: bytes) -> bytes:
-    """runtime.py's ``source`` compiled by this interpreter, as an unchecked hash-based
-    .pyc. A script is compiled at every start (no cache applies to the program Python is
-    asked to run), which was about 6 ms of CPU a job; a sandbox Python with this
-    interpreter's bytecode magic (``importlib.util.MAGIC_NUMBER``) runs the .pyc
-    directly instead. Keyed by the source, so it never runs another version than the
-    runtime.py bound beside it."""
-    return compiled_file(source, "runtime.py")
+def runtime_contents(*, compiled: bool) -> list[tuple[str, bytes]]:
+    """What a process sandbox holds under ``RUNTIME_DIR``, by path: the runtime's files
+    and, ``compiled``, their bytecode (``compiled_file``): runtime.pyc to run and
+    language.py's .pyc where its import looks first."""
+    sources = {name: (SANDBOX_DIR / name).read_bytes() for name in RUNTIME_FILES}
+    if not compiled:
+        return list(sources.items())
+    return [*sources.items(),
+            (COMPILED_RUNTIME, compiled_file(sources["runtime.py"], "runtime.py")),
+            (COMPILED_LANGUAGE, compiled_file(sources["language.py"], "language.py"))]
 
 
 @lru_cache(maxsize=4)
 def compiled_file(source: bytes, name: str) -> bytes:
-    """``source`` of the runtime file ``name`` as an unchecked hash-based .pyc (see
-    ``compiled_runtime``). Also language.py's: compiled in the sandbox it cost each
-    sandbox 0.6 MB that stayed resident (the compiler's memory) and a millisecond of
-    CPU, where its .pyc in ``__pycache__`` is read as it is."""
+    """``source`` of the runtime file ``name`` compiled by this interpreter, as an
+    unchecked hash-based .pyc. A script is compiled at every start (no cache applies to
+    the program Python is asked to run), which was about 6 ms of CPU a job for
+    runtime.py; a sandbox Python with this interpreter's bytecode magic
+    (``importlib.util.MAGIC_NUMBER``) runs the .pyc directly instead. language.py
+    compiled in the sandbox left 0.6 MB of the compiler's memory resident in each; its
+    .pyc in ``__pycache__`` is read as it is. Keyed by the source, so a sandbox never runs
+    another version than the file bound beside it."""
     code = compile(source, f"{RUNTIME_DIR}/{name}", "exec", dont_inherit=True)
     unchecked_hash = (1).to_bytes(4, "little")  # PEP 552 flags: hash-based, not checked
     return (importlib.util.MAGIC_NUMBER + unchecked_hash + importlib.util.source_hash(source)

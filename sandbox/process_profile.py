@@ -69,7 +69,7 @@ class ProcessProfile(BaseModel):
     limits: SandboxLimits = Field(default_factory=SandboxLimits)
     python: str = "/usr/bin/python3"
     command: tuple[str, ...] | None = None  # None: the runtime (sandbox.job.runtime_command)
-    # The runtime as bytecode compiled on the host (sandbox.job.compiled_runtime): only
+    # The runtime as bytecode compiled on the host (sandbox.job.compiled_file): only
     # when the preflight saw the sandbox's Python use the host's bytecode magic.
     compiled_runtime: bool = False
     uid: int = Field(default=SANDBOX_UID, ge=1)  # inside the sandbox; never root

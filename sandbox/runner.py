@@ -47,13 +47,9 @@ from sandbox.bwrap import (
 )
 from sandbox.child import ChildSandbox, init_pidfd, wait_until_armed
 from sandbox.job import (
-    COMPILED_LANGUAGE,
-    COMPILED_RUNTIME,
-    RUNTIME_FILES,
     SANDBOX_DIR,
     SandboxJob,
-    compiled_file,
-    compiled_runtime,
+    runtime_contents,
 )
 from sandbox.launch import Launched, launch_cold
 from sandbox.process_profile import BwrapFds, ProcessProfile, ProcessSettings, host_root_layout
@@ -188,14 +184,9 @@ class ProcessRunner(WarmLaunches):
         log_path = Path(workdir.name) / "output.log"
         rpc_source, setup = _entry(tool, profile, job.rpc_dir)
         with contextlib.ExitStack() as stack:
-            contents = [(name, (SANDBOX_DIR / name).read_bytes()) for name in RUNTIME_FILES]
-            if profile.compiled_runtime:
-                sources = dict(contents)
-                contents += [(COMPILED_RUNTIME, compiled_runtime(sources["runtime.py"])),
-                             (COMPILED_LANGUAGE, compiled_file(sources["language.py"],
-                                                               "language.py"))]
             files = tuple((name, stack.enter_context(_memfd(Path(name).name, data)))
-                          for name, data in contents)
+                          for name, data in runtime_contents(
+                              compiled=profile.compiled_runtime))
             seccomp = stack.enter_context(_memfd("seccomp", compile_bpf(profile.seccomp)))
             info_r, info_w = os.pipe()
             stack.callback(os.close, info_r)

@@ -451,10 +451,10 @@ def test_the_runtime_runs_from_bytecode_compiled_on_the_host(process_python, tmp
     from broker.envelope import Envelope
     from broker.settings import SandboxKind, Settings
     from orchestrator.embedded import open_services
-    from sandbox.job import compiled_runtime
+    from sandbox.job import compiled_file
 
     source = (Path(__file__).parents[2] / "sandbox" / "runtime.py").read_bytes()
-    pyc = compiled_runtime(source)
+    pyc = compiled_file(source, "runtime.py")
     assert pyc[:4] == importlib.util.MAGIC_NUMBER and pyc[4:8] == (1).to_bytes(4, "little")
     assert pyc[8:16] == importlib.util.source_hash(source)
     assert marshal.loads(pyc[16:]).co_filename == "/opt/revise/runtime.py"
