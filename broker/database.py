@@ -17,6 +17,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 
 from broker.errors import StoreUnavailable
 from broker.outage import describe
+from broker.schema import stored_revision
 from broker.sqlstore import SqlStore
 
 
@@ -64,13 +65,10 @@ def create_database(url: str) -> bool:
 
 def prepare_database(url: str) -> Prepared:
     """Create the database when missing (and allowed), then migrate it to head."""
-    from alembic.runtime.migration import MigrationContext
-
     created = create_database(url)
     store = SqlStore.open(url)  # migrates to head, under the upgrade lock
     try:
-        with store.engine.connect() as conn:
-            revision = MigrationContext.configure(conn).get_current_revision()
+        revision = stored_revision(store.engine)
     finally:
         store.close()
     return Prepared(describe(make_url(url).render_as_string(hide_password=True)), created,

@@ -12,11 +12,10 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine
 
-__all__ = ["MIGRATIONS_DIR", "alembic_config", "current_revision", "head_revision", "upgrade"]
+__all__ = ["MIGRATIONS_DIR", "alembic_config", "head_revision", "upgrade"]
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent
 
@@ -57,9 +56,3 @@ def head_revision() -> str:
     head = ScriptDirectory.from_config(alembic_config()).get_current_head()
     assert head is not None, "the migrations directory has no head"
     return head
-
-
-def current_revision(engine: Engine) -> str | None:
-    """The database's schema revision (None: no schema yet). Reads, never writes."""
-    with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from sqlalchemy import create_engine
 
-from broker.migrations import current_revision, head_revision, upgrade
+from broker.migrations import head_revision, upgrade
+from broker.schema import stored_revision
 
 
 def _revise(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -29,10 +30,10 @@ def test_an_older_schema_is_named_and_left_as_it_is(tmp_path: Path) -> None:
         assert done.returncode != 0 and "Traceback" not in done.stderr, argv
         message = json.loads(done.stdout)["error"]["message"]
         assert "schema 0005" in message and "revise db upgrade" in message, message
-    assert current_revision(engine) == "0005"  # nothing migrated it
+    assert stored_revision(engine) == "0005"  # nothing migrated it
     assert _revise(home, "runs", "--json").returncode != 0
     upgrade(engine)
-    assert current_revision(engine) == head_revision()
+    assert stored_revision(engine) == head_revision()
     assert json.loads(_revise(home, "runs", "--json").stdout) == {"runs": []}
     engine.dispose()
 
@@ -43,5 +44,5 @@ def test_runs_on_a_store_nothing_ran_in_lists_none_and_creates_no_schema(tmp_pat
     done = _revise(home, "runs", "--json")
     assert done.returncode == 0 and json.loads(done.stdout) == {"runs": []}
     engine = create_engine(f"sqlite:///{home / 'revise.db'}")
-    assert current_revision(engine) is None
+    assert stored_revision(engine) is None
     engine.dispose()
