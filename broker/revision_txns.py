@@ -15,16 +15,13 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, update
+from sqlalchemy import Connection, update
 
 from broker import models
 from broker import statements as sql
 from broker.identity import Identity, sha256_hex
 from broker.models import (
     attempt_record,
-    certificates,
-    events,
-    jobs,
     orphans,
     revisions,
     runs,
@@ -32,7 +29,6 @@ from broker.models import (
 )
 from broker.records import (
     AttemptRecord,
-    JobStatus,
     RevisionEnd,
     RevisionStatus,
     RunStatus,
@@ -75,25 +71,21 @@ def start_revision_txn(conn: Connection, run_id: str, revision: int, *, owner: s
     if job_id is not None:
         # First, and on the job row: a resume of a job judged lost (``resume_lost_job``)
         # is conditional on this row, so of the two exactly one goes on.
-        fenced = conn.execute(update(jobs).where(*_at_start(job_id, resumes))
-                              .values(updated_at=now))
+        fenced = conn.execute(sql.JOB_AT_START,
+                              {"job": job_id, "start_number": resumes, "now": now})
         if fenced.rowcount == 0:
             return None
-    owned = conn.execute(update(revisions).where(
-        revisions.c.run_id == run_id, revisions.c.revision == revision,
-        revisions.c.status == RevisionStatus.RUNNING).values(owner=owner, heartbeat_at=now))
+    owned = conn.execute(sql.OWN_REVISION, {"run": run_id, "number": revision,
+                                            "lease_owner": owner, "now": now})
     if owned.rowcount == 0:
         return None
     prefix = slots_txn(conn, run_id)
     if not admit(prefix):
         return prefix, False
     if job_id is not None:
-        conn.execute(update(jobs).where(
-            jobs.c.job_id == job_id,
-            jobs.c.status.in_([JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
-            .values(status=JobStatus.STARTED.value, updated_at=now))
-    conn.execute(update(runs).where(runs.c.run_id == run_id).values(
-        status=RunStatus.RUNNING.value, detail=None, updated_at=now))
+        conn.execute(sql.JOB_STARTED, {"job": job_id, "now": now})
+    conn.execute(sql.RUN_STATUS, {"run": run_id, "run_status": RunStatus.RUNNING.value,
+                                  "run_detail": None, "now": now})
     add_event_txn(conn, run_id, "sandbox_start", event, revision=revision, at=now)
     return prefix, True
 
@@ -108,9 +100,8 @@ def fail_job_revision_txn(conn: Connection, job_id: str, resumes: int, reason: s
     now = models.utcnow()
     # The job row first, as ``start_revision_txn`` does: a resume of the job and this
     # failure are conditional on it, so of the two exactly one goes on.
-    job = conn.execute(update(jobs).where(*_at_start(job_id, resumes))
-                       .values(status=JobStatus.FINISHED.value, updated_at=now)
-                       .returning(jobs.c.run_id, jobs.c.revision)).first()
+    job = conn.execute(sql.JOB_FAILS_AT_START,
+                       {"job": job_id, "start_number": resumes, "now": now}).first()
     if job is None:
         return False
     failed = conn.execute(update(revisions).where(
@@ -122,12 +113,6 @@ def fail_job_revision_txn(conn: Connection, job_id: str, resumes: int, reason: s
     fail_run_txn(conn, job.run_id, job.revision, reason, now)
     add_event_txn(conn, job.run_id, "sandbox_failed", reason, revision=job.revision, at=now)
     return True
-
-
-def _at_start(job_id: str, resumes: int) -> tuple[Any, ...]:
-    """Job ``job_id`` waits for, or runs, its start number ``resumes``."""
-    return (jobs.c.job_id == job_id, func.coalesce(jobs.c.resumes, 0) == resumes,
-            jobs.c.status.in_([JobStatus.ACCEPTED.value, JobStatus.STARTED.value]))
 
 
 def fail_run_txn(conn: Connection, run_id: str, revision: int, reason: str,
@@ -154,28 +139,23 @@ def end_revision_txn(conn: Connection, end: RevisionEnd) -> None:
                          list(end.certificate_entries), now)
     save_orphans_txn(conn, end.run_id, end.revision, end.orphans, end.orphan_policy, now)
     if end.events:  # an executemany of no rows is an insert of one empty row
-        conn.execute(insert(events), [
+        conn.execute(sql.INSERT_EVENT, [
             event_row(end.run_id, kind, message, revision=end.revision, data=data, at=now)
             for kind, message, data in end.events])
-    conn.execute(update(revisions).where(
-        revisions.c.run_id == end.run_id, revisions.c.revision == end.revision)
-        .values(status=end.status, summary=end.summary))
-    conn.execute(update(runs).where(runs.c.run_id == end.run_id).values(
-        status=RunStatus(end.run_status).value, detail=end.detail, updated_at=now))
+    conn.execute(sql.REVISION_ENDS, {"run": end.run_id, "number": end.revision,
+                                     "revision_status": end.status, "report": end.summary})
+    conn.execute(sql.RUN_STATUS, {"run": end.run_id, "run_detail": end.detail, "now": now,
+                                  "run_status": RunStatus(end.run_status).value})
     if end.job_id is not None:
-        conn.execute(update(jobs).where(jobs.c.job_id == end.job_id).values(
-            status=JobStatus.FINISHED.value, updated_at=now))
+        conn.execute(sql.JOB_FINISHED, {"job": end.job_id, "now": now})
 
 
 def save_certificate_txn(conn: Connection, run_id: str, revision: int, digest: str,
                          entries: list[dict[str, Any]], at: datetime) -> None:
     """The revision's certificate, replacing one saved before for that revision."""
-    cert = sql.upsert(conn, certificates).values(
-        run_id=run_id, revision=revision, digest=digest, entries=entries, created_at=at)
-    conn.execute(cert.on_conflict_do_update(
-        index_elements=["run_id", "revision"],
-        set_={"digest": cert.excluded.digest, "entries": cert.excluded.entries,
-              "created_at": cert.excluded.created_at}))
+    conn.execute(sql.save_certificate(conn.dialect.name), {
+        "run_id": run_id, "revision": revision, "digest": digest, "entries": entries,
+        "created_at": at})
 
 
 def save_orphans_txn(conn: Connection, run_id: str, revision: int,
@@ -200,5 +180,5 @@ def event_row(run_id: str, kind: str, message: str, *, revision: int | None = No
 def add_event_txn(conn: Connection, run_id: str, kind: str, message: str, *,
                   revision: int | None = None, identity: Identity | None = None,
                   data: dict[str, Any] | None = None, at: datetime | None = None) -> None:
-    conn.execute(insert(events), event_row(run_id, kind, message, revision=revision,
-                                           identity=identity, data=data, at=at))
+    conn.execute(sql.INSERT_EVENT, event_row(run_id, kind, message, revision=revision,
+                                             identity=identity, data=data, at=at))

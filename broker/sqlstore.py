@@ -23,11 +23,9 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Connection,
     Engine,
-    case,
     create_engine,
     event,
     func,
-    insert,
     make_url,
     select,
     update,
@@ -66,7 +64,6 @@ from broker.identity import Identity
 from broker.models import (
     attempt_record,
     attempts,
-    blobs,
     certificates,
     events,
     job_record,
@@ -130,12 +127,11 @@ def ensure_run_txn(conn: Connection, run_id: str) -> RunRecord:
     # run is ever created under a name that could escape the runs directory.
     validate_name("run id", run_id)
     now = models.utcnow()
-    created = conn.execute(sql.upsert(conn, runs).values(
-        run_id=run_id, status=RunStatus.RUNNING.value, revisions=0, created_at=now,
-        updated_at=now, token=secrets.token_hex(16))
-        .on_conflict_do_nothing(index_elements=["run_id"]).returning(*runs.c)).first()
+    created = conn.execute(sql.insert_run(conn.dialect.name), {
+        "run_id": run_id, "status": RunStatus.RUNNING.value, "revisions": 0,
+        "created_at": now, "updated_at": now, "token": secrets.token_hex(16)}).first()
     return run_record(created if created is not None else conn.execute(
-        select(runs).where(runs.c.run_id == run_id)).one())
+        sql.RUN_BY_ID, {"run_id": run_id}).one())
 
 
 def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_digest: str,
@@ -145,16 +141,13 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
     now = models.utcnow()
     # Touching the run first locks its row on PostgreSQL, which serializes
     # numbering per run; the primary key (run_id, revision) is the backstop.
-    touched = conn.execute(update(runs).where(runs.c.run_id == run_id).values(updated_at=now))
+    touched = conn.execute(sql.TOUCH_RUN, {"run": run_id, "now": now})
     if touched.rowcount == 0:
         raise RunNotFound(f"run {run_id!r} does not exist; create it first", run_id=run_id)
-    facts = conn.execute(select(
-        func.max(revisions.c.revision).label("latest"),
-        func.max(case((revisions.c.status == RevisionStatus.RUNNING, revisions.c.revision)))
-        .label("running")).where(revisions.c.run_id == run_id)).one()
+    facts = conn.execute(sql.REVISION_NUMBERS, {"run_id": run_id}).one()
     if facts.running is not None:
-        owner_now = conn.execute(select(revisions.c.owner).where(
-            revisions.c.run_id == run_id, revisions.c.revision == facts.running)).scalar()
+        owner_now = conn.execute(sql.REVISION_OWNER,
+                                 {"run_id": run_id, "revision": facts.running}).scalar()
         raise RunBusy(
             f"run {run_id!r} has revision {facts.running} still running (owner "
             f"{owner_now or 'unknown'}); one revision of a run runs at a time, so that two "
@@ -167,25 +160,24 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
               if data is not None}
     digests = put_blobs_txn(conn, run_id, inputs) if inputs else {}
     args_digest, envelope_digest = digests.get("args"), digests.get("envelope")
-    conn.execute(insert(revisions).values(run_id=run_id, revision=number, source_text=source_text,
-                                          source_digest=source_digest,
-                                          status=RevisionStatus.RUNNING,
-                                          summary=None, created_at=now, args_digest=args_digest,
-                                          envelope_digest=envelope_digest, owner=owner,
-                                          heartbeat_at=now))
-    conn.execute(update(runs).where(runs.c.run_id == run_id).values(revisions=number))
+    conn.execute(sql.INSERT_REVISION, {
+        "run_id": run_id, "revision": number, "source_text": source_text,
+        "source_digest": source_digest, "status": RevisionStatus.RUNNING.value,
+        "summary": None, "created_at": now, "args_digest": args_digest,
+        "envelope_digest": envelope_digest, "owner": owner, "heartbeat_at": now})
+    conn.execute(sql.RUN_REVISIONS, {"run": run_id, "latest": number})
     return number
 
 
 def accept_job_txn(conn: Connection, job_id: str, run_id: str, revision: int,
                    message: dict[str, Any]) -> JobRecord:
     now = models.utcnow()
-    created = conn.execute(sql.upsert(conn, jobs).values(
-        job_id=job_id, run_id=run_id, revision=revision, status=JobStatus.ACCEPTED.value,
-        message=message, requeues=0, resumes=0, created_at=now, updated_at=now
-    ).on_conflict_do_nothing(index_elements=["job_id"]).returning(*jobs.c)).first()
+    created = conn.execute(sql.insert_job(conn.dialect.name), {
+        "job_id": job_id, "run_id": run_id, "revision": revision,
+        "status": JobStatus.ACCEPTED.value, "message": message, "requeues": 0, "resumes": 0,
+        "created_at": now, "updated_at": now}).first()
     return job_record(created if created is not None else conn.execute(
-        select(jobs).where(jobs.c.job_id == job_id)).one())
+        sql.JOB_BY_ID, {"job_id": job_id}).one())
 
 
 def commit_slot_txn(conn: Connection, slot: SlotRecord, attempt_id: int | None) -> SlotRecord:
@@ -480,8 +472,8 @@ class SqlStore:
         self._run("ending a revision", lambda c: end_revision_txn(c, end))
 
     def get_revision(self, run_id: str, revision: int) -> RevisionRecord | None:
-        row = self._run("reading a revision", lambda c: c.execute(select(revisions).where(
-            revisions.c.run_id == run_id, revisions.c.revision == revision)).first(),
+        row = self._run("reading a revision", lambda c: c.execute(
+            sql.REVISION_BY_NUMBER, {"run_id": run_id, "revision": revision}).first(),
             write=False, alone=True)
         return None if row is None else revision_record(row)
 
@@ -552,7 +544,7 @@ class SqlStore:
 
     def get_job(self, job_id: str) -> JobRecord | None:
         row = self._run("reading a job", lambda c: c.execute(
-            select(jobs).where(jobs.c.job_id == job_id)).first(), write=False, alone=True)
+            sql.JOB_BY_ID, {"job_id": job_id}).first(), write=False, alone=True)
         return None if row is None else job_record(row)
 
     def job_for_revision(self, run_id: str, revision: int) -> JobRecord | None:
@@ -635,9 +627,7 @@ class SqlStore:
         if not wanted:
             return {}
         rows = self._run("reading blobs", lambda c: c.execute(
-            select(blobs.c.digest, blobs.c.data).where(
-                blobs.c.run_id == run_id, blobs.c.digest.in_(wanted))).all(),
-            write=False, alone=True)
+            sql.BLOBS, {"run_id": run_id, "digests": wanted}).all(), write=False, alone=True)
         return {r.digest: bytes(r.data) for r in rows}
 
     # -- slots --

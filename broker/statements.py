@@ -1,9 +1,12 @@
-"""The run store's statements on the path of every call, built once with bind parameters.
+"""The run store's statements on the path of every call and every job, built once with
+bind parameters.
 
 Building a SQLAlchemy statement (its expressions, then its cache key) costs more
-than executing it, and these run for every call: claim, commit, heartbeat. They
-are built at import and executed with a parameter dict; the ones that differ by
-dialect (ON CONFLICT, FOR UPDATE) are built once per dialect.
+than executing it, and these run for every call (claim, commit, heartbeat) or every
+job (admission, a revision's start and end). They are built at import and executed
+with a parameter dict; the ones that differ by dialect (ON CONFLICT, FOR UPDATE) are
+built once per dialect. An UPDATE's bind parameters cannot take its table's column
+names (they would set those columns), so theirs are named otherwise.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 
 from broker.identity import Identity
-from broker.models import attempts, blobs, jobs, revisions, runs, slots
+from broker.models import attempts, blobs, certificates, events, jobs, revisions, runs, slots
 from broker.records import (
     COMMITTED_ATTEMPT_STATUSES,
     OPEN_ATTEMPT_STATUSES,
@@ -208,6 +211,52 @@ WAKE_PARKED = (
     .returning(*jobs.c))
 
 
+# ---- a job's admission, its revision's start and end -----------------------------------
+
+RUN_BY_ID = select(runs).where(runs.c.run_id == bindparam("run_id"))
+JOB_BY_ID = select(jobs).where(jobs.c.job_id == bindparam("job_id"))
+REVISION_BY_NUMBER = select(revisions).where(revisions.c.run_id == bindparam("run_id"),
+                                             revisions.c.revision == bindparam("revision"))
+BLOBS = select(blobs.c.digest, blobs.c.data).where(
+    blobs.c.run_id == bindparam("run_id"),
+    blobs.c.digest.in_(bindparam("digests", expanding=True)))
+INSERT_EVENT = insert(events)
+INSERT_REVISION = insert(revisions)
+# Touching the run locks its row on PostgreSQL: numbering is serialized per run.
+TOUCH_RUN = update(runs).where(runs.c.run_id == bindparam("run")).values(
+    updated_at=bindparam("now"))
+REVISION_NUMBERS = select(
+    func.max(revisions.c.revision).label("latest"),
+    func.max(case((revisions.c.status == RevisionStatus.RUNNING, revisions.c.revision)))
+    .label("running")).where(revisions.c.run_id == bindparam("run_id"))
+REVISION_OWNER = select(revisions.c.owner).where(revisions.c.run_id == bindparam("run_id"),
+                                                 revisions.c.revision == bindparam("revision"))
+RUN_REVISIONS = update(runs).where(runs.c.run_id == bindparam("run")).values(
+    revisions=bindparam("latest"))
+# Job ``job`` waits for, or runs, its start number ``start_number``: touched when its
+# revision starts, finished when it fails at its start.
+_STARTABLE = [JobStatus.ACCEPTED.value, JobStatus.STARTED.value]
+_AT_START = (jobs.c.job_id == bindparam("job"),
+             func.coalesce(jobs.c.resumes, 0) == bindparam("start_number"),
+             jobs.c.status.in_(_STARTABLE))
+JOB_AT_START = update(jobs).where(*_AT_START).values(updated_at=bindparam("now"))
+JOB_FAILS_AT_START = (update(jobs).where(*_AT_START)
+                      .values(status=JobStatus.FINISHED.value, updated_at=bindparam("now"))
+                      .returning(jobs.c.run_id, jobs.c.revision))
+JOB_STARTED = (update(jobs).where(jobs.c.job_id == bindparam("job"), jobs.c.status.in_(_STARTABLE))
+               .values(status=JobStatus.STARTED.value, updated_at=bindparam("now")))
+JOB_FINISHED = update(jobs).where(jobs.c.job_id == bindparam("job")).values(
+    status=JobStatus.FINISHED.value, updated_at=bindparam("now"))
+_REVISION = ((revisions.c.run_id == bindparam("run"))
+             & (revisions.c.revision == bindparam("number")))
+OWN_REVISION = (update(revisions).where(_REVISION, revisions.c.status == RevisionStatus.RUNNING)
+                .values(owner=bindparam("lease_owner"), heartbeat_at=bindparam("now")))
+REVISION_ENDS = update(revisions).where(_REVISION).values(
+    status=bindparam("revision_status"), summary=bindparam("report"))
+RUN_STATUS = update(runs).where(runs.c.run_id == bindparam("run")).values(
+    status=bindparam("run_status"), detail=bindparam("run_detail"), updated_at=bindparam("now"))
+
+
 def _dialect(name: str) -> Any:
     return postgresql if name == "postgresql" else sqlite
 
@@ -240,3 +289,27 @@ def insert_slot(dialect: str) -> Any:
     identity had one)."""
     return _dialect(dialect).insert(slots).on_conflict_do_nothing(
         index_elements=SLOT_KEY).returning(slots.c.id)
+
+
+@cache
+def insert_run(dialect: str) -> Any:
+    """Create a run unless it exists; returns the row it created (no row: it existed)."""
+    return _dialect(dialect).insert(runs).on_conflict_do_nothing(
+        index_elements=["run_id"]).returning(*runs.c)
+
+
+@cache
+def insert_job(dialect: str) -> Any:
+    """Accept a job unless its id was accepted; returns the row it created."""
+    return _dialect(dialect).insert(jobs).on_conflict_do_nothing(
+        index_elements=["job_id"]).returning(*jobs.c)
+
+
+@cache
+def save_certificate(dialect: str) -> Any:
+    """A revision's certificate, replacing one saved before for that revision."""
+    cert = _dialect(dialect).insert(certificates)
+    return cert.on_conflict_do_update(
+        index_elements=["run_id", "revision"],
+        set_={"digest": cert.excluded.digest, "entries": cert.excluded.entries,
+              "created_at": cert.excluded.created_at})
