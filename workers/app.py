@@ -24,7 +24,7 @@ from broker.settings import Settings, SettingsError
 from workers.config import WorkerSettings
 from workers.context import WorkerContext
 from workers.kombu_redis import share_clients, tolerate_released_channels
-from workers.routing import SWEEP_TASK, Routing
+from workers.routing import CAPABILITY_TASK, SWEEP_TASK, Routing
 from workers.variables import warn_unknown
 
 log = logging.getLogger("revise.worker")
@@ -160,6 +160,31 @@ def quiet_libraries(**_: Any) -> None:
     hundreds of calls a second a cost (the line is formatted, then relayed by honcho)."""
     for name in ("alembic", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS  # a worker's, not a client's
+
+    quiet = QuietTaskLines(CAPABILITY_TASK, (LOG_RECEIVED, LOG_SUCCESS))
+    for name in ("celery.worker.strategy", "celery.app.trace"):  # where they are logged
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, QuietTaskLines) for f in logger.filters):
+            logger.addFilter(quiet)
+
+
+class QuietTaskLines(logging.Filter):
+    """Celery's two routine INFO lines of one task name, 'received' and 'succeeded',
+    left out; its failures are still said. A capability task is a call: those two lines
+    cost a broker worker about 1.3 ms of CPU a call (formatted and written, then relayed
+    by honcho), a quarter of what the call costs it, and say nothing its job's own lines,
+    a failure's line and `revise show` do not."""
+
+    def __init__(self, task_name: str, routine: tuple[str, ...]) -> None:
+        super().__init__()
+        self.task_name = task_name
+        self.routine = routine  # the lines' formats, as Celery logs them
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)  # Celery passes the line's fields as 'data'
+        return not (record.msg in self.routine and isinstance(data, dict)
+                    and data.get("name") == self.task_name)
 
 
 @worker_init.connect

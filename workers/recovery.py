@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from broker.crash_window import lease_expired
+from broker.owner import process_owner
 from broker.records import JobStatus, RevisionStatus
 from orchestrator.reconcile import LOST_MESSAGE, lose_revision
 from workers.routing import SANDBOX_TASK, enqueue
@@ -119,7 +120,8 @@ def resume_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> list
 
 def count_stale_delivery(ctx: Any, run_id: str, revision: int, what: str) -> int:
     """Count a delivery for a finished revision (acknowledged at once, nothing done): one
-    event on the run and a counter in Redis (``revise:<prefix>stale-deliveries``)."""
+    event on the run, naming the worker process it reached, and a counter in Redis
+    (``revise:<prefix>stale-deliveries``)."""
     count = 0
     try:
         key = f"revise:{ctx.queue.queue_prefix}stale-deliveries"
@@ -129,7 +131,8 @@ def count_stale_delivery(ctx: Any, run_id: str, revision: int, what: str) -> int
     try:
         ctx.store.add_event(run_id, "stale_delivery", f"a {what} for revision {revision}, "
                             "which is no longer running, was acknowledged as a duplicate",
-                            revision=revision, data={"what": what, "count": count})
+                            revision=revision,
+                            data={"what": what, "count": count, "by": process_owner()})
     except Exception as exc:
         log.warning("could not record a stale delivery of run %s: %s", run_id, exc)
     return count

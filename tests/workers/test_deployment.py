@@ -19,7 +19,7 @@ from broker.records import AttemptStatus
 from broker.settings import SandboxKind, Settings
 from orchestrator.embedded import open_services
 from sandbox.runner import ProcessRunner
-from workers.routing import CAPABILITY_TASK
+from workers.routing import CAPABILITY_TASK, SANDBOX_TASK
 
 from .conftest import script, wait_for
 
@@ -65,6 +65,12 @@ def test_core_scenario_through_the_queue_matches_embedded(make_stack, tmp_path) 
     # The dispatcher stopped the edit: no sandbox ever saw revision 3.
     assert not [e for e in stack.events("run-1", "sandbox_start") if e.revision == 3]
     assert [_shape(r) for r in reports] == [_shape(r) for r in _embedded(tmp_path)]
+    # A call's task leaves Celery's routine lines out of the log, not its failure's.
+    calls = (stack.tmp_path / "capabilities0.log").read_text()
+    assert f"{CAPABILITY_TASK}[" in calls and "raised expected" in calls
+    assert not [line for line in calls.splitlines() if CAPABILITY_TASK in line
+                and ("received" in line or "succeeded in" in line)]
+    assert f"{SANDBOX_TASK}[" in (stack.tmp_path / "sandbox0.log").read_text()
 
 
 def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -> None:
@@ -97,8 +103,10 @@ def test_one_call_delivered_ten_times_to_two_workers_executes_once(make_stack) -
     (attempt,) = stack.store.list_attempts("run-scale")
     assert attempt.status is AttemptStatus.SUCCEEDED and attempt.sent_at is not None
     assert stack.store.get_slot("run-scale", request.identity).digest == request.digest
-    logs = [(stack.tmp_path / f"capabilities{n}.log").read_text() for n in (0, 1)]
-    assert all("revise.capability" in log for log in logs)  # both workers took copies
+    copies = [attempt.owner] + [e.data["by"] for e in stack.events("run-scale",
+                                                                   "stale_delivery")]
+    workers = {proc.pid for proc in stack.procs}
+    assert {pid_of(owner) for owner in copies} == workers  # both workers took copies
     app.send_task(CAPABILITY_TASK, args=[calls], queue=queue)  # a redelivery, much later
     wait_for(lambda: int(stack.context.redis.get(stale) or 0) == 10, 60, "the late copy")
     assert len(stack.provider_log()) == 1
