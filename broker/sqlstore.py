@@ -397,7 +397,7 @@ class SqlStore:
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = self._run("reading a run", lambda c: c.execute(
-            select(runs).where(runs.c.run_id == run_id)).first(), write=False, alone=True)
+            sql.RUN_BY_ID, {"run_id": run_id}).first(), write=False, alone=True)
         return None if row is None else run_record(row)
 
     def list_runs(self, limit: int = 50) -> list[RunRecord]:
@@ -407,10 +407,9 @@ class SqlStore:
         return [run_record(r) for r in rows]
 
     def set_run_status(self, run_id: str, status: RunStatus, detail: str | None = None) -> None:
-        result = self._run("setting a run status", lambda c: c.execute(
-            update(runs).where(runs.c.run_id == run_id).values(
-                status=RunStatus(status).value, detail=detail, updated_at=models.utcnow())),
-            alone=True)
+        result = self._run("setting a run status", lambda c: c.execute(sql.RUN_STATUS, {
+            "run": run_id, "run_status": RunStatus(status).value, "run_detail": detail,
+            "now": models.utcnow()}), alone=True)
         if result.rowcount == 0:
             raise RunNotFound(f"run {run_id!r} does not exist", run_id=run_id)
 
@@ -572,7 +571,7 @@ class SqlStore:
                 .values(status=JobStatus.PARKED.value, updated_at=models.utcnow()))
             if done.rowcount == 0:
                 return False
-            job = job_record(conn.execute(select(jobs).where(jobs.c.job_id == job_id)).one())
+            job = job_record(conn.execute(sql.JOB_BY_ID, {"job_id": job_id}).one())
             add_event_txn(conn, job.run_id, "parked", "its calls are in flight: the sandbox "
                           "job gave its slot back and resumes when they are settled",
                           revision=job.revision, data={"job_id": job_id})
