@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, Integer, LargeBinary, literal, select, union_all
+from sqlalchemy import Engine, Integer, LargeBinary, bindparam, literal, select, union_all
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import InterfaceError, OperationalError, SQLAlchemyError
 
@@ -62,7 +63,8 @@ class SqlArtifactStore:
                 # stored on every call's path.
                 with self.engine.connect().execution_options(
                         isolation_level="AUTOCOMMIT") as conn:
-                    conn.execute(_put_in_one_statement(values, parts))
+                    conn.execute(_put_in_one_statement(len(parts)), values | {
+                        f"chunk_{number}": part for number, part in enumerate(parts)})
                 return ref
             with self.engine.begin() as conn:
                 added = conn.execute(upsert(conn, artifacts).values(**values)
@@ -121,12 +123,19 @@ class SqlArtifactStore:
         return None
 
 
-def _put_in_one_statement(values: dict[str, Any], parts: list[bytes]) -> Any:
-    """PostgreSQL: the row, and its chunks only if this statement added it (a writer that
-    finds the row stored by another adds nothing), as one statement."""
-    added = (postgresql.insert(artifacts).values(**values)
+_ROW = ("id", "media_type", "size", "chunks", "created_at")  # an artifact row's columns
+
+
+@lru_cache(maxsize=16)
+def _put_in_one_statement(count: int) -> Any:
+    """PostgreSQL: the row, and its ``count`` chunks (parameters ``chunk_0`` ...) only if
+    this statement added it (a writer that finds the row stored by another adds nothing),
+    as one statement. Built once per chunk count: building it cost more than running it."""
+    added = (postgresql.insert(artifacts).values({name: bindparam(name) for name in _ROW})
              .on_conflict_do_nothing(index_elements=["id"])
              .returning(artifacts.c.id).cte("added"))
     rows = union_all(*(select(added.c.id, literal(number, Integer),
-                              literal(part, LargeBinary)) for number, part in enumerate(parts)))
+                              bindparam(f"chunk_{number}", type_=LargeBinary))
+                       for number in range(count)))
     return chunks.insert().from_select(["artifact_id", "number", "data"], rows)
+
