@@ -138,4 +138,3 @@ def _put_in_one_statement(count: int) -> Any:
                               bindparam(f"chunk_{number}", type_=LargeBinary))
                        for number in range(count)))
     return chunks.insert().from_select(["artifact_id", "number", "data"], rows)
-

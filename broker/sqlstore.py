@@ -146,8 +146,9 @@ def add_revision_txn(conn: Connection, run_id: str, source_text: str, source_dig
         raise RunNotFound(f"run {run_id!r} does not exist; create it first", run_id=run_id)
     facts = conn.execute(sql.REVISION_NUMBERS, {"run_id": run_id}).one()
     if facts.running is not None:
-        owner_now = conn.execute(sql.REVISION_OWNER,
-                                 {"run_id": run_id, "revision": facts.running}).scalar()
+        running = conn.execute(sql.REVISION_BY_NUMBER,
+                               {"run_id": run_id, "revision": facts.running}).first()
+        owner_now = None if running is None else running.owner
         raise RunBusy(
             f"run {run_id!r} has revision {facts.running} still running (owner "
             f"{owner_now or 'unknown'}); one revision of a run runs at a time, so that two "

@@ -229,8 +229,6 @@ REVISION_NUMBERS = select(
     func.max(revisions.c.revision).label("latest"),
     func.max(case((revisions.c.status == RevisionStatus.RUNNING, revisions.c.revision)))
     .label("running")).where(revisions.c.run_id == bindparam("run_id"))
-REVISION_OWNER = select(revisions.c.owner).where(revisions.c.run_id == bindparam("run_id"),
-                                                 revisions.c.revision == bindparam("revision"))
 RUN_REVISIONS = update(runs).where(runs.c.run_id == bindparam("run")).values(
     revisions=bindparam("latest"))
 # Job ``job`` waits for, or runs, its start number ``start_number``: touched when its

@@ -155,9 +155,10 @@ def freeze_startup_objects(sender: Any = None, **_: Any) -> None:
 @after_setup_logger.connect
 def quiet_libraries(**_: Any) -> None:
     """Alembic says which dialect it migrates at INFO each time a process opens the store
-    (two lines per task process), httpx every request a broker worker sends (a line per
-    call beside the task's own two): of no use to whoever reads a worker's log, and at
-    hundreds of calls a second a cost (the line is formatted, then relayed by honcho)."""
+    (two lines per task process), httpx every request a broker worker sends and Celery
+    every capability task it receives and finishes (three lines a call): of no use to
+    whoever reads a worker's log, and at hundreds of calls a second a cost (each line is
+    formatted, then relayed by honcho)."""
     for name in ("alembic", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(logging.WARNING)
     from celery.app.trace import LOG_RECEIVED, LOG_SUCCESS  # a worker's, not a client's
