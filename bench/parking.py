@@ -17,7 +17,7 @@ dispatcher as the Procfile runs it (16 threads) and nothing else, N jobs submitt
 once; how fast the client submitted them and the dispatcher checked, annotated, gated
 and recorded them, with no sandbox or broker worker competing for the cores.
 
-    python bench/parking.py [--jobs 20] [--calls 4] [--latency 2] [--slots 256]
+    python bench/parking.py [--jobs 20] [--calls 4] [--latency 2] [--slots 200]
                             [--pool threads|prefork] [--park-after 0.5 ...] [--without-off]
                             [--admission 300]
 """
@@ -148,8 +148,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, nargs="+", default=[20])
     parser.add_argument("--calls", type=int, default=4)
     parser.add_argument("--latency", type=float, default=2.0)
-    parser.add_argument("--slots", type=int, default=256, help="sandbox worker concurrency "
-                        "(the Procfile's: 256)")
+    parser.add_argument("--slots", type=int, default=200, help="sandbox worker concurrency "
+                        "(the Procfile's: 200)")
     parser.add_argument("--pool", choices=("prefork", "threads"), default="threads")
     parser.add_argument("--park-after", type=float, nargs="*", default=[],
                         help="also park after each of these waits, whatever the load")
