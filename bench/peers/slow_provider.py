@@ -68,6 +68,10 @@ class Ledger:
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    # The headers and the body leave in two writes; with Nagle's algorithm the body then
+    # waits for the client's delayed ACK of the headers (up to 40 ms) on a kept-alive
+    # connection. Real providers' servers send at once.
+    disable_nagle_algorithm = True
 
     def log_message(self, fmt: str, *args: Any) -> None:
         return
