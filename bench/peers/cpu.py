@@ -27,12 +27,14 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return total / _TICK
 
 
-def service_pids() -> set[int]:
+def service_pids(names: Iterable[str] = SERVICES) -> set[int]:
+    """The processes of the services ``names`` (by their command name)."""
+    wanted = set(names)
     found: set[int] = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "comm").read_text().strip() in SERVICES:
+                if (entry / "comm").read_text().strip() in wanted:
                     found.add(int(entry.name))
             except OSError:
                 continue
