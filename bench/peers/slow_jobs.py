@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,10 @@ except ImportError:  # the peers extra is missing: only --system revise runs
     pass
 
 
-def revise(jobs: int, calls: int, provider: str, home: Path) -> dict[str, float]:
+def revise(jobs: int, calls: int, provider: str, home: Path,
+           after: Callable[[str], None] | None = None) -> dict[str, float]:
+    """``after(database_url)``: called once every job ended, before the stack stops and
+    its scratch database is dropped (``bench/slow_timeline.py`` reads the store there)."""
     from broker.database import prepare_database
     from broker.envelope import Envelope
     from peers.revise import redis_url
@@ -103,7 +107,10 @@ def revise(jobs: int, calls: int, provider: str, home: Path) -> dict[str, float]
                     raise RuntimeError(f"a Revise job ended {report['status']}: "
                                        f"{report['error']}")
             makespan = time.perf_counter() - started
-            return {"makespan": makespan, "peak_pss": memory.close(), "idle_pss": idle}
+            got = {"makespan": makespan, "peak_pss": memory.close(), "idle_pss": idle}
+            if after is not None:
+                after(database_url)
+            return got
         finally:
             stack.stop()
 
