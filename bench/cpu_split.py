@@ -9,11 +9,13 @@ over the jobs; per call: the median round with calls, less that, over the calls.
 systems run one after the other, so read them side by side within one run. Linux only.
 
     python bench/cpu_split.py [--jobs 20] [--calls 8] [--rounds 3]
+                              [--database-url URL] [--redis-url URL]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
@@ -75,15 +77,17 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=20)
     parser.add_argument("--calls", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--database-url", default=None,
+                        help="PostgreSQL database to use (default: a scratch one)")
+    parser.add_argument("--redis-url", default=redis_url())
     opts = parser.parse_args()
     results = {}
-    with tempfile.TemporaryDirectory(prefix="revise-cpu-split-") as tmp, \
-            scratch_database(PG_ADMIN) as database_url:
-        home = Path(tmp)
+    with contextlib.ExitStack() as stack:
+        home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="revise-cpu-")))
+        url = opts.database_url or stack.enter_context(scratch_database(PG_ADMIN))
         for name, make in (
-                ("Revise", lambda: ReviseCelery(home / "revise", database_url, redis_url())),
-                ("floor + writes", lambda: CeleryFloor(home / "floor", redis_url(),
-                                                       database_url))):
+                ("Revise", lambda: ReviseCelery(home / "revise", url, opts.redis_url)),
+                ("floor + writes", lambda: CeleryFloor(home / "floor", opts.redis_url, url))):
             (home / ("revise" if name == "Revise" else "floor")).mkdir()
             system = make()
             try:

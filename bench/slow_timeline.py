@@ -15,6 +15,7 @@ image calls against a provider that answers after L seconds (the workload of
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from peers.slow import SlowProvider  # noqa: E402
 from peers.slow_jobs import revise  # noqa: E402
 
 _EVERY = 0.25
+_HZ = os.sysconf("SC_CLK_TCK")  # /proc's clock ticks a second
 # A process's role, by the first of these its command line holds.
 ROLES = (("-sandbox -n", "sandbox worker"), ("capabilities -n", "broker worker"),
          ("dispatch -n", "dispatcher"), ("reconcile -B", "reconciler"), ("flower", "Flower"),
@@ -77,17 +79,16 @@ class Sampler:
         self._thread.join()
 
     def cores(self, start: float, end: float) -> tuple[float, dict[str, float]]:
-        """Cores in use over [start, end] (epoch seconds), in all and by role."""
-        inside = [s for s in self.samples if start <= s[0] <= end]
-        if len(inside) < 2:
+        """Cores in use from the last sample before ``start`` to the first after ``end``
+        (epoch seconds), in all and by role."""
+        before = [s for s in self.samples if s[0] <= start] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= end] or self.samples[-1:]
+        (t0, busy0, roles0), (t1, busy1, roles1) = before[-1], after[0]
+        if t1 <= t0:
             return 0.0, {}
-        (t0, busy0, roles0), (t1, busy1, roles1) = inside[0], inside[-1]
         ticks = _HZ * (t1 - t0)
         return (busy1 - busy0) / ticks, {
             role: (roles1.get(role, 0) - roles0.get(role, 0)) / ticks for role in roles1}
-
-
-_HZ = 100  # /proc's clock ticks a second (os.sysconf("SC_CLK_TCK") on Linux)
 
 
 def _spread(values: list[float]) -> str:
