@@ -86,10 +86,11 @@ def main() -> None:
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="revise-cpu-")))
         url = opts.database_url or stack.enter_context(scratch_database(PG_ADMIN))
         for name, make in (
-                ("Revise", lambda: ReviseCelery(home / "revise", url, opts.redis_url)),
-                ("floor + writes", lambda: CeleryFloor(home / "floor", opts.redis_url, url))):
-            (home / ("revise" if name == "Revise" else "floor")).mkdir()
-            system = make()
+                ("Revise", lambda here: ReviseCelery(here, url, opts.redis_url)),
+                ("floor + writes", lambda here: CeleryFloor(here, opts.redis_url, url))):
+            here = home / name.split()[0]
+            here.mkdir()
+            system = make(here)
             try:
                 results[name] = split(system, opts.jobs, opts.calls, opts.rounds)
             finally:

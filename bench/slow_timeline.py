@@ -33,7 +33,7 @@ from peers.slow_jobs import revise  # noqa: E402
 _EVERY = 0.25
 _HZ = os.sysconf("SC_CLK_TCK")  # /proc's clock ticks a second
 # A process's role, by the first of these its command line holds.
-ROLES = (("-sandbox -n", "sandbox worker"), ("capabilities -n", "broker worker"),
+ROLES = (("sandbox -n", "sandbox worker"), ("capabilities -n", "broker worker"),
          ("dispatch -n", "dispatcher"), ("reconcile -B", "reconciler"), ("flower", "Flower"),
          ("runtime.py", "sandboxes"), ("spawner.py", "sandboxes"), ("bwrap", "sandboxes"),
          ("postgres", "PostgreSQL"), ("redis-server", "Redis"), ("honcho", "honcho"))
