@@ -42,6 +42,7 @@ from workers.outcome import answer_of
 from workers.routing import DISPATCH_TASK, enqueue
 
 QUEUED, DISPATCHING, RUNNING = "queued", "dispatching", RevisionStatus.RUNNING
+_UNFINISHED = (QUEUED, DISPATCHING, RUNNING)
 
 
 class Client:
@@ -181,7 +182,7 @@ class JobHandle:
         return revision.status
 
     def done(self) -> bool:
-        return self.status() not in (QUEUED, DISPATCHING, RUNNING)
+        return self.status() not in _UNFINISHED
 
     def progress(self) -> str:
         """One line on where the job is: queued, dispatched, or its revision's calls so
@@ -227,9 +228,9 @@ class JobHandle:
 
         while True:
             try:
-                if self.done():
+                last_status = self.status()  # once a look: it reads Redis and the store
+                if last_status not in _UNFINISHED:
                     return self.result()
-                last_status = self.status()
                 if last_status == QUEUED:
                     self._resend_if_lost()
                 if watch is not None and time.monotonic() - watched >= 1.0:
