@@ -54,9 +54,12 @@ log = logging.getLogger("revise.workers.sandbox")
 _limits = app.queue_settings
 
 
+# No STARTED state in the result backend: nothing reads it (a client asks the dispatch
+# task whether its job is dispatching; Flower sees the start in the task's events), and
+# writing it encoded the whole job message into Redis once more as each job started.
 @app.task(name=SANDBOX_TASK, bind=True, acks_late=True, reject_on_worker_lost=True,
           throws=(RunFailed, RunStopped), time_limit=_limits.sandbox_time_limit,
-          soft_time_limit=max(1.0, _limits.sandbox_time_limit - 30))
+          soft_time_limit=max(1.0, _limits.sandbox_time_limit - 30), track_started=False)
 def sandbox(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
     try:
         parse_message(SandboxJob, job, "sandbox job")
