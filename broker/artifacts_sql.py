@@ -123,15 +123,12 @@ class SqlArtifactStore:
         return None
 
 
-_ROW = ("id", "media_type", "size", "chunks", "created_at")  # an artifact row's columns
-
-
 @lru_cache(maxsize=16)
 def _put_in_one_statement(count: int) -> Any:
     """PostgreSQL: the row, and its ``count`` chunks (parameters ``chunk_0`` ...) only if
     this statement added it (a writer that finds the row stored by another adds nothing),
     as one statement. Built once per chunk count: building it cost more than running it."""
-    added = (postgresql.insert(artifacts).values({name: bindparam(name) for name in _ROW})
+    added = (postgresql.insert(artifacts).values({c.name: bindparam(c.name) for c in artifacts.c})
              .on_conflict_do_nothing(index_elements=["id"])
              .returning(artifacts.c.id).cte("added"))
     rows = union_all(*(select(added.c.id, literal(number, Integer),

@@ -559,11 +559,6 @@ class SqlStore:
             .order_by(jobs.c.created_at)).all(), write=False, alone=True)
         return [job_record(r) for r in rows]
 
-    def finish_job(self, job_id: str) -> None:
-        self._run("finishing a job", lambda c: c.execute(update(jobs).where(
-            jobs.c.job_id == job_id).values(status=JobStatus.FINISHED.value,
-                                            updated_at=models.utcnow())), alone=True)
-
     def park_job(self, job_id: str) -> bool:
         """The started job gives its sandbox back while its calls are in flight."""
         def txn(conn: Connection) -> bool:

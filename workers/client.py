@@ -181,9 +181,6 @@ class JobHandle:
                               "missing from the store", run_id=self.run_id)
         return revision.status
 
-    def done(self) -> bool:
-        return self.status() not in _UNFINISHED
-
     def progress(self) -> str:
         """One line on where the job is: queued, dispatched, or its revision's calls so
         far (committed, in flight at broker workers, failed) and whether it is parked."""
