@@ -27,11 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import sqlalchemy  # noqa: E402
+from peers.cpu import cpu_seconds  # noqa: E402
 from peers.slow import SlowProvider  # noqa: E402
 from peers.slow_jobs import revise  # noqa: E402
 
 _EVERY = 0.25
-_HZ = os.sysconf("SC_CLK_TCK")  # /proc's clock ticks a second
+_HZ = os.sysconf("SC_CLK_TCK")  # /proc/stat's clock ticks a second
 # A process's role, by the first of these its command line holds.
 ROLES = (("sandbox -n", "sandbox worker"), ("capabilities -n", "broker worker"),
          ("dispatch -n", "dispatcher"), ("reconcile -B", "reconciler"), ("flower", "Flower"),
@@ -43,35 +44,32 @@ def _role(command: str) -> str:
     return next((role for mark, role in ROLES if mark in command), "other")
 
 
-def _ticks() -> tuple[int, dict[str, int]]:
-    """Busy ticks of the machine, and CPU ticks by role of every process alive (a process
-    that ended is counted in its parent, once the parent waited for it)."""
+def _seconds() -> tuple[float, dict[str, float]]:
+    """Busy CPU seconds of the machine, and CPU seconds by role of every process alive (a
+    process that ended is counted in its parent, once the parent waited for it)."""
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    busy = sum(fields) - fields[3] - fields[4]  # less idle and iowait
-    by_role: dict[str, int] = {}
+    busy = (sum(fields) - fields[3] - fields[4]) / _HZ  # less idle and iowait
+    pids: dict[str, list[int]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        role = _role(command)
-        by_role[role] = by_role.get(role, 0) + sum(int(f) for f in stat[11:15])
-    return busy, by_role
+        if entry.name.isdigit():
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            pids.setdefault(_role(command), []).append(int(entry.name))
+    return busy, {role: cpu_seconds(members) for role, members in pids.items()}
 
 
 class Sampler:
     def __init__(self) -> None:
-        self.samples: list[tuple[float, int, dict[str, int]]] = []
+        self.samples: list[tuple[float, float, dict[str, float]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.samples.append((time.time(), *_ticks()))
+            self.samples.append((time.time(), *_seconds()))
             self._stop.wait(_EVERY)
 
     def close(self) -> None:
@@ -86,9 +84,9 @@ class Sampler:
         (t0, busy0, roles0), (t1, busy1, roles1) = before[-1], after[0]
         if t1 <= t0:
             return 0.0, {}
-        ticks = _HZ * (t1 - t0)
-        return (busy1 - busy0) / ticks, {
-            role: (roles1.get(role, 0) - roles0.get(role, 0)) / ticks for role in roles1}
+        span = t1 - t0
+        return (busy1 - busy0) / span, {
+            role: (roles1.get(role, 0.0) - roles0.get(role, 0.0)) / span for role in roles1}
 
 
 def _spread(values: list[float]) -> str:
