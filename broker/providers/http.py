@@ -9,6 +9,12 @@ broker reads from them whether the provider may have charged (``broker.charging`
 ``connection_error`` means the request never left, ``timeout`` and
 ``connection_lost`` that it did. The API key lives only in the
 request header: it is redacted from every message this module builds.
+
+A provider's answer is read as a stream, within the request's timeout from connect
+to the last byte (a server that trickles bytes cannot hold a call open) and up to
+the size of the largest artifact the store accepts, base64-encoded in JSON (a server
+that sends without end cannot exhaust the worker's memory). An answer cut off by
+either bound was sent, so the provider may have charged for it.
 """
 
 from __future__ import annotations
@@ -16,16 +22,20 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 from pydantic import SecretStr
 
 from broker import png
-from broker.artifacts import ArtifactRef, ArtifactStore
+from broker.artifacts import DEFAULT_MAX_BYTES, ArtifactRef, ArtifactStore, ArtifactTooLarge
 from broker.catalog import Capability
 from broker.errors import CapabilityError, ReviseError
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
@@ -37,6 +47,8 @@ _STATUS_CODES: dict[int, tuple[str, bool]] = {
     422: ("invalid_parameter", False), 429: ("rate_limited", True),
 }
 _MAX_DETAIL = 300
+_ERROR_BODY_BYTES = 64 << 10  # of an error answer: enough for any message it quotes
+_ANSWER_SLACK_BYTES = 1 << 20  # an answer's JSON around its base64 image
 
 
 def _status_code(status: int) -> tuple[str, bool]:
@@ -87,12 +99,11 @@ class _OpenAIAdapter(ABC):
     def _post(self, capability: Capability, call: CallContext, path: str,
               body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Idempotency-Key": call.idempotency_key, **self._headers()}
-        url = f"{self.base_url}{path}"
         timeout = self.timeout if call.timeout_seconds is None \
             else min(self.timeout, call.timeout_seconds)
         try:
-            with self._clients.client() as client:
-                response = client.post(url, json=body, headers=headers, timeout=timeout)
+            answer = self._send(capability, call, "POST", path, timeout, json=body,
+                                headers=headers)
         except httpx.ConnectTimeout:
             raise provider_error(
                 capability, call,
@@ -120,12 +131,51 @@ class _OpenAIAdapter(ABC):
                 f"was sent ({type(exc).__name__}: {self._redact(str(exc))}); the provider "
                 "may have completed it (and charged for it)",
                 status=None, provider_code="connection_lost", retryable=True) from None
-        if response.status_code >= 400:
-            raise self._http_error(capability, call, response)
-        data = _json_body(response)
+        if answer.status >= 400:
+            raise self._http_error(capability, call, answer)
+        data = _json_body(answer.body)
         if data is None:
             raise _bad_response(capability, call, "the response body is not a JSON object")
         return data
+
+    def _send(self, capability: Capability, call: CallContext, method: str, path: str,
+              timeout: float, **request: Any) -> _Answer:
+        """One request, its answer read to the end within ``timeout`` seconds and
+        ``answer_bytes`` (an error answer: its first ``_ERROR_BODY_BYTES``)."""
+        until = time.monotonic() + timeout
+        with self._clients.client() as client, client.stream(
+                method, f"{self.base_url}{path}", timeout=timeout, **request) as response:
+            failed = response.status_code >= 400
+            limit = _ERROR_BODY_BYTES if failed else self.answer_bytes
+            body = bytearray()
+            for chunk in response.iter_bytes():
+                body += chunk
+                if len(body) > limit:
+                    if failed:
+                        del body[limit:]
+                        break
+                    raise _bad_response(
+                        capability, call, f"the answer is over {limit} bytes, more than "
+                        f"the largest artifact ({self._largest_artifact} bytes, "
+                        "REVISE_ARTIFACT_MAX_BYTES) takes in base64")
+                if time.monotonic() > until:
+                    raise provider_error(
+                        capability, call, f"{capability.name}: the provider's answer was "
+                        f"still arriving after {timeout:g}s; the provider may have "
+                        "completed the request (and charged for it)", status=None,
+                        provider_code="timeout", retryable=True)
+            return _Answer(response.status_code, response.headers, bytes(body),
+                           response.reason_phrase)
+
+    @property
+    def _largest_artifact(self) -> int:
+        return getattr(self.artifacts, "max_bytes", None) or DEFAULT_MAX_BYTES
+
+    @property
+    def answer_bytes(self) -> int:
+        """The largest answer read: the largest artifact the store accepts, in base64,
+        with room for the JSON around it."""
+        return 4 * math.ceil(self._largest_artifact / 3) + _ANSWER_SLACK_BYTES
 
     def _headers(self) -> dict[str, str]:
         headers = {"Accept": "application/json"}
@@ -141,20 +191,20 @@ class _OpenAIAdapter(ABC):
             raise provider_error(capability, call, f"{capability.name}: this provider offers "
                                  "no lookup by idempotency key (REVISE_PROVIDER_LOOKUP_PATH)",
                                  status=None, provider_code="no_lookup")
-        url = self.base_url + self.lookup_path.replace("{key}", call.idempotency_key)
+        path = self.lookup_path.replace("{key}", call.idempotency_key)
         try:
-            with self._clients.client() as client:
-                response = client.get(url, headers=self._headers(), timeout=self.timeout)
+            answer = self._send(capability, call, "GET", path, self.timeout,
+                                headers=self._headers())
         except httpx.HTTPError as exc:
             raise provider_error(capability, call, f"{capability.name}: the lookup at "
                                  f"{self.base_url} failed ({type(exc).__name__}: "
                                  f"{self._redact(str(exc))})", status=None,
                                  provider_code="connection_error") from None
-        if response.status_code == 404:
+        if answer.status == 404:
             return Lookup("unknown")
-        if response.status_code >= 400:
-            raise self._http_error(capability, call, response)
-        data = _json_body(response) or {}
+        if answer.status >= 400:
+            raise self._http_error(capability, call, answer)
+        data = _json_body(answer.body) or {}
         status = data.get("status")
         if status == "completed" and isinstance(data.get("response"), dict):
             return Lookup("completed", self._answer(capability, payload, call,
@@ -170,41 +220,59 @@ class _OpenAIAdapter(ABC):
         """The result of a provider answer (to the request, or kept for its key)."""
 
     def _http_error(self, capability: Capability, call: CallContext,
-                    response: httpx.Response) -> CapabilityError:
-        code, retryable = _status_code(response.status_code)
-        detail, param = self._error_detail(response)
+                    answer: _Answer) -> CapabilityError:
+        code, retryable = _status_code(answer.status)
+        detail, param = self._error_detail(answer)
         if code == "auth":
             # Never echo anything that might contain the credential back to the script.
             detail = "the provider rejected the API key; check REVISE_PROVIDER_API_KEY"
         extra: dict[str, Any] = {"param": param} if param else {}
-        retry_after = response.headers.get("retry-after")
+        retry_after = _retry_after(answer.headers.get("retry-after"))
         if retry_after:
             extra["retry_after"] = retry_after
         return provider_error(
             capability, call,
-            f"{capability.name}: provider answered HTTP {response.status_code} ({code}): "
-            f"{detail}", status=response.status_code, provider_code=code,
+            f"{capability.name}: provider answered HTTP {answer.status} ({code}): "
+            f"{detail}", status=answer.status, provider_code=code,
             retryable=retryable, **extra)
 
-    def _error_detail(self, response: httpx.Response) -> tuple[str, str | None]:
-        try:
-            error = response.json().get("error")
-        except (ValueError, AttributeError):
-            error = None
+    def _error_detail(self, answer: _Answer) -> tuple[str, str | None]:
+        error = (_json_body(answer.body) or {}).get("error")
         if isinstance(error, dict):
             param = error.get("param")
             return self._redact(str(error.get("message") or error)), (
                 str(param) if param else None)
-        return self._redact(response.text or response.reason_phrase), None
+        text = answer.body.decode("utf-8", "replace")
+        return self._redact(text or answer.reason), None
 
 
-def _json_body(response: httpx.Response) -> dict[str, Any] | None:
-    """The response's JSON object (None: not JSON, or not an object)."""
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    headers: httpx.Headers
+    body: bytes  # decoded (Content-Encoding undone), within the adapter's bounds
+    reason: str
+
+
+def _json_body(body: bytes) -> dict[str, Any] | None:
+    """The body's JSON object (None: not JSON, or not an object)."""
     try:
-        data = response.json()
+        data = json.loads(body)
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def _retry_after(value: str | None) -> str | None:
+    """Retry-After as delta-seconds: an HTTP date (RFC 9110 allows either) becomes the
+    seconds until it, so the broker waits as long as the provider asked."""
+    if not value:
+        return None
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return value  # delta-seconds, or junk the broker reads as a short wait
+    return str(max(0, math.ceil(when.timestamp() - time.time())))
 
 
 def _bad_response(capability: Capability, call: CallContext, why: str) -> CapabilityError:
@@ -258,7 +326,10 @@ class OpenAIImagesProvider(_OpenAIAdapter):
         except (KeyError, IndexError, TypeError, binascii.Error):
             raise _bad_response(capability, call, "expected data[0].b64_json with base64 "
                                 "image bytes") from None
-        return self.artifacts.put(image, _media_type(image)), image
+        try:
+            return self.artifacts.put(image, _media_type(image)), image
+        except ArtifactTooLarge as exc:  # answered, so maybe charged: not a lost answer
+            raise _bad_response(capability, call, exc.message) from None
 
     def _dimensions(self, ref: ArtifactRef, image: bytes, size: str
                     ) -> tuple[int | None, int | None]:

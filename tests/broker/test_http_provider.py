@@ -1,6 +1,8 @@
 """HTTP adapters against a real OpenAI-compatible server on 127.0.0.1."""
 
+import email.utils
 import json
+import time
 
 import httpx
 import pytest
@@ -184,6 +186,70 @@ def test_garbage_image_response_is_bad_response(server, images):
     server.queue(IMAGES, lambda request, server: Reply(200, {"data": [{"url": "x"}]}))
     err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert err.provider_code == "bad_response"
+
+
+def _trickled_image(seconds: float):
+    def behave(request, server):
+        reply = ok_image()(request, server)
+        reply.trickle = seconds
+        return reply
+    return behave
+
+
+def test_an_answer_still_arriving_at_the_timeout_is_a_timeout(server, store):
+    """Every 16-byte piece comes well within the read timeout, the whole answer does not:
+    the call ends at its timeout, and the provider (which did the work) may have charged."""
+    server.queue(IMAGES, _trickled_image(0.05))  # about 30 pieces: 1.5 s
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, timeout=0.4, client=client)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code, err.retryable) == (None, "timeout", True)
+    assert "still arriving after 0.4s" in err.message
+    assert server.charged() == 1
+
+
+def test_an_answer_larger_than_any_artifact_is_cut_off(server):
+    store = MemoryArtifactStore(max_bytes=3000)
+    endless = b'{"data": [{"b64_json": "' + b"A" * (8 << 20) + b'"}]}'
+    server.queue(IMAGES, lambda request, server: Reply(200, None, raw=endless))
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, client=client)
+        assert provider.answer_bytes == 4000 + (1 << 20)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "bad_response"  # answered: it may have been charged
+    assert f"over {provider.answer_bytes} bytes" in err.message
+    assert "REVISE_ARTIFACT_MAX_BYTES" in err.message
+
+
+def test_an_image_over_the_artifact_limit_is_a_bad_response(server):
+    store = MemoryArtifactStore(max_bytes=100)
+    server.queue(IMAGES, ok_image(png.render(b"big", 32, 32)))
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, client=client)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "bad_response"
+    assert "over the limit of 100 bytes" in err.message and "REVISE_ARTIFACT_MAX_BYTES" \
+        in err.message
+
+
+def test_a_huge_error_page_is_read_only_as_far_as_its_message(server, images):
+    page = b"<html>" + b"x" * (8 << 20) + b"</html>"
+    server.queue(IMAGES, lambda request, server: Reply(
+        503, None, raw=page, headers={"Content-Type": "text/html"}))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code) == (503, "provider_error")
+    assert "<html>xxx" in err.message and len(err.message) < 500
+
+
+def test_a_retry_after_date_becomes_seconds(server, images):
+    when = email.utils.formatdate(time.time() + 30, usegmt=True)
+    server.queue(IMAGES, error(429, "slow down", headers={"Retry-After": when}))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "rate_limited"
+    assert 28 <= int(err.retry_after) <= 31
 
 
 def test_model_alias_maps_catalog_names(server, store):

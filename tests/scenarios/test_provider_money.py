@@ -24,8 +24,10 @@ from tests.fakes.openai_server import (
     FAKE_API_KEY,
     IMAGES,
     FakeOpenAIServer,
+    Reply,
     charge_then_error,
     complete_late,
+    ok_image,
     rate_limited,
     reject,
 )
@@ -92,6 +94,37 @@ def test_a_charged_5xx_is_never_paid_again_where_keys_are_ignored(make_harness) 
         assert "may have charged" in repair["error"]["message"]
         assert "revise reconcile" in repair["error"]["message"]
         assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 1
+
+
+def _paid_answer(**reply: Any) -> Callable[..., Reply]:
+    """The picture rendered and charged, its answer sent with ``reply``'s changes."""
+    def behave(request: Any, server: FakeOpenAIServer) -> Reply:
+        answer = ok_image()(request, server)
+        for name, value in reply.items():
+            setattr(answer, name, value)
+        return answer
+    return behave
+
+
+@pytest.mark.parametrize("answer, settings", [
+    (_paid_answer(trickle=0.05), {"timeout": 0.5}),
+    (_paid_answer(raw=b'{"data": [{"b64_json": "' + b"A" * (4 << 20) + b'"}]}'),
+     {"artifact_max_bytes": 1 << 16}),
+], ids=["trickled past the timeout", "larger than any artifact"])
+def test_a_paid_answer_the_adapter_cuts_off_is_never_paid_again(
+        make_harness, answer, settings) -> None:
+    """An answer that is still arriving at the call's timeout, or that grows past what any
+    artifact may take, is cut off: the provider did the work, so the attempt is paid until
+    an operator says otherwise, and the script's own retry does not pay again."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, answer)
+        harness = _harness(make_harness, server, **settings)
+        first = _run(harness, RETRYING)
+        assert first["status"] == "stopped", first
+        assert first["error"]["type"] == "SemanticRepeatDenied"
+        assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 1
+        (attempt,) = harness.services.store.list_attempts("run-1")
+        assert attempt.status is AttemptStatus.UNCERTAIN
 
 
 def test_a_charged_5xx_is_answered_under_its_key_where_keys_are_honoured(make_harness
