@@ -257,10 +257,57 @@ class _Answer:
 def _json_body(body: bytes) -> dict[str, Any] | None:
     """The body's JSON object (None: not JSON, or not an object)."""
     try:
-        data = json.loads(body)
-    except ValueError:
+        data = _loads(body)
+    except (ValueError, RecursionError):  # RecursionError: nested past any real answer
         return None
     return data if isinstance(data, dict) else None
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _loads(text: bytes | str) -> Any:
+    """JSON from a provider, with a lone surrogate (``"\\ud800"``, which JSON allows
+    and UTF-8 cannot encode) replaced by U+FFFD wherever it lands, so the answer can be
+    hashed and stored. Only an escape makes one: text without ``\\u`` is not walked."""
+    value = json.loads(text)
+    escaped = b"\\u" in text if isinstance(text, bytes) else "\\u" in text
+    return _without_surrogates(value) if escaped else value
+
+
+def _without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {_without_surrogates(key): _without_surrogates(item)
+                for key, item in value.items()}
+    return value
+
+
+def _counts(data: dict[str, Any]) -> dict[str, Any]:
+    """The answer's ``usage`` numbers (and one level of details, as OpenAI's
+    ``input_tokens_details``). Usage is informational, so whatever else a provider or
+    proxy puts there (a list, text, NaN) is left out rather than failing a paid answer
+    or its commit (the store's JSON has no NaN)."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return {}
+    counts: dict[str, Any] = {}
+    for name, value in usage.items():
+        if isinstance(value, dict):
+            value = {str(k): v for k, v in value.items() if _finite_number(v)} or None
+        elif not _finite_number(value):
+            value = None
+        if value is not None:
+            counts[str(name)] = value
+    return counts
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value)
 
 
 def _retry_after(value: str | None) -> str | None:
@@ -315,8 +362,8 @@ class OpenAIImagesProvider(_OpenAIAdapter):
         width, height = self._dimensions(ref, image, size)
         result = {"artifact": ref.to_json(), "width": width, "height": height, "size": size,
                   "model": model, "seed": payload.get("seed"), "prompt": prompt}
-        usage = {"images": 1, **(data.get("usage") or {})}
-        return ProviderResult(result=result, usage=usage, cost=capability.unit_price)
+        return ProviderResult(result=result, usage={"images": 1, **_counts(data)},
+                              cost=capability.unit_price)
 
     def _store_image(self, capability: Capability, call: CallContext,
                      data: dict[str, Any]) -> tuple[ArtifactRef, bytes]:
@@ -336,7 +383,10 @@ class OpenAIImagesProvider(_OpenAIAdapter):
         # From the bytes in hand, never read back from the artifact store: that store may
         # be away by now, and the answer is paid.
         if ref.media_type == png.MEDIA_TYPE:
-            return png.decode_size(image)
+            try:
+                return png.decode_size(image)
+            except ValueError:  # a PNG signature on a broken header: size unknown
+                return None, None
         try:
             width, height = (int(side) for side in size.split("x"))
         except ValueError:
@@ -403,8 +453,8 @@ def _json_object(reply: str) -> dict[str, Any] | None:
     if start < 0 or end < start:
         return None
     try:
-        value = json.loads(text[start:end + 1])
-    except ValueError:
+        value = _loads(text[start:end + 1])
+    except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -454,10 +504,10 @@ class OpenAIChatProvider(_OpenAIAdapter):
         if result is None:
             raise _bad_response(capability, call, f"could not read a {capability.name} "
                                 "result from the model's reply")
-        usage = data.get("usage") or {}
+        counts = _counts(data)
         return ProviderResult(result=result, cost=capability.unit_price,
-                              usage={"prompt_tokens": usage.get("prompt_tokens", 0),
-                                     "completion_tokens": usage.get("completion_tokens", 0)})
+                              usage={"prompt_tokens": counts.get("prompt_tokens", 0),
+                                     "completion_tokens": counts.get("completion_tokens", 0)})
 
     def _image_url(self, image: Any) -> str | None:
         """A data URL for an artifact reference we hold, so vision models see the pixels."""

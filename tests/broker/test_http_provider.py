@@ -252,6 +252,53 @@ def test_a_retry_after_date_becomes_seconds(server, images):
     assert 28 <= int(err.retry_after) <= 31
 
 
+@pytest.mark.parametrize("usage, kept", [
+    ([1, 2], {}), ("many", {}), (None, {}),
+    ({"total_tokens": 9, "odd": float("nan"), "note": "x", "flag": True,
+      "input_tokens_details": {"image_tokens": 4, "text": "y"}, "bad": {"x": "y"}},
+     {"total_tokens": 9, "input_tokens_details": {"image_tokens": 4}}),
+], ids=["list", "text", "null", "mixed"])
+def test_usage_keeps_only_its_numbers(server, images, chat, usage, kept):
+    """Usage is informational: an odd one never fails a paid answer or its commit."""
+    image = ok_image()
+    server.queue(IMAGES, lambda request, server: Reply(
+        200, {**image(request, server).body, "usage": usage}))
+    assert images.execute(IMAGE, {"prompt": "fox"}, ctx()).usage == {"images": 1, **kept}
+    server.queue(CHAT, lambda request, server: Reply(200, {
+        "choices": [{"message": {"content": "hi"}}],
+        "usage": usage if not isinstance(usage, dict) else {"prompt_tokens": "3",
+                                                            "completion_tokens": 2}}))
+    out = chat.execute(lookup("text.generate"), {"prompt": "x"}, ctx())
+    assert out.usage["prompt_tokens"] == 0
+    assert out.usage["completion_tokens"] == (2 if isinstance(usage, dict) else 0)
+
+
+def test_a_lone_surrogate_in_an_answer_becomes_a_replacement_character(server, chat):
+    """JSON may escape half a surrogate pair, which no UTF-8 text (a hash, a store) can
+    hold: it is replaced wherever it lands, in the answer or in the reply's own JSON."""
+    server.queue(CHAT, ok_chat("a \ud800 b \U0001f600"))
+    out = chat.execute(lookup("text.generate"), {"prompt": "x"}, ctx())
+    assert out.result == {"text": "a \ufffd b \U0001f600"}
+    server.queue(CHAT, ok_chat('{"shots": ["one \\udc00", "two"]}'))
+    out = chat.execute(lookup("storyboard.plan"), {"brief": "b", "shots": 2}, ctx())
+    assert out.result == {"shots": ["one \ufffd", "two"]}
+
+
+def test_an_answer_nested_past_any_real_one_is_a_bad_response(server, images):
+    deep = b'{"data": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    server.queue(IMAGES, lambda request, server: Reply(200, None, raw=deep))
+    assert _error(images.execute, IMAGE, {"prompt": "fox"}, ctx()).provider_code \
+        == "bad_response"
+
+
+def test_a_png_with_a_broken_header_is_kept_without_its_size(server, images, store):
+    broken = png.PNG_SIGNATURE + b"\0\0\0\rIHDX" + b"\0" * 16
+    server.queue(IMAGES, ok_image(broken))
+    out = images.execute(IMAGE, {"prompt": "fox", "size": "512x512"}, ctx())
+    assert (out.result["width"], out.result["height"]) == (None, None)
+    assert store.get(out.result["artifact"]) == broken
+
+
 def test_model_alias_maps_catalog_names(server, store):
     with httpx.Client() as client:
         provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,

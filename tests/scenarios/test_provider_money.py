@@ -21,6 +21,7 @@ import pytest
 from broker.envelope import Envelope
 from broker.records import AttemptStatus
 from tests.fakes.openai_server import (
+    CHAT,
     FAKE_API_KEY,
     IMAGES,
     FakeOpenAIServer,
@@ -125,6 +126,28 @@ def test_a_paid_answer_the_adapter_cuts_off_is_never_paid_again(
         assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 1
         (attempt,) = harness.services.store.list_attempts("run-1")
         assert attempt.status is AttemptStatus.UNCERTAIN
+
+
+TEXT = _s('''
+    async def orchestrate(ctx, args):
+        reply = await ctx.run("text.generate", {"prompt": "a caption"})
+        return reply["text"]
+''')
+
+
+def test_a_paid_answer_in_an_odd_shape_is_committed_and_the_run_ends(make_harness) -> None:
+    """Half a surrogate pair escaped in the reply's JSON and a usage that is a list: the
+    answer was paid for, so it is committed and the run ends (the certificate's hash of
+    the text raised, after the commit, and left the revision running)."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(CHAT, lambda request, server: Reply(200, {
+            "choices": [{"message": {"content": "sunset \ud800"}}], "usage": [3]}))
+        harness = _harness(make_harness, server)
+        report = _run(harness, TEXT)
+        assert report["status"] == "succeeded", report["error"]
+        assert report["result"] == "sunset \ufffd" and server.charged() == 1
+        (slot,) = harness.services.store.list_slots("run-1")
+        assert (slot.usage["prompt_tokens"], slot.usage["completion_tokens"]) == (0, 0)
 
 
 def test_a_charged_5xx_is_answered_under_its_key_where_keys_are_honoured(make_harness
