@@ -328,6 +328,15 @@ def _bad_response(capability: Capability, call: CallContext, why: str) -> Capabi
                           status=None, provider_code="bad_response", retryable=True)
 
 
+def _base64(encoded: str) -> bytes:
+    """Strict base64, but wrapped lines are allowed (MIME style: some gateways wrap it);
+    only an answer that fails strictly pays for the second look."""
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        return base64.b64decode(re.sub(r"[ \t\r\n]+", "", encoded), validate=True)
+
+
 def _media_type(data: bytes) -> str:
     if data.startswith(png.PNG_SIGNATURE):
         return png.MEDIA_TYPE
@@ -368,8 +377,7 @@ class OpenAIImagesProvider(_OpenAIAdapter):
     def _store_image(self, capability: Capability, call: CallContext,
                      data: dict[str, Any]) -> tuple[ArtifactRef, bytes]:
         try:
-            encoded = data["data"][0]["b64_json"]
-            image = base64.b64decode(encoded, validate=True)
+            image = _base64(data["data"][0]["b64_json"])
         except (KeyError, IndexError, TypeError, binascii.Error):
             raise _bad_response(capability, call, "expected data[0].b64_json with base64 "
                                 "image bytes") from None

@@ -1,5 +1,6 @@
 """HTTP adapters against a real OpenAI-compatible server on 127.0.0.1."""
 
+import base64
 import email.utils
 import json
 import time
@@ -289,6 +290,15 @@ def test_an_answer_nested_past_any_real_one_is_a_bad_response(server, images):
     server.queue(IMAGES, lambda request, server: Reply(200, None, raw=deep))
     assert _error(images.execute, IMAGE, {"prompt": "fox"}, ctx()).provider_code \
         == "bad_response"
+
+
+def test_base64_wrapped_in_lines_is_read(server, images, store):
+    data = png.render(b"wrapped", 24, 16)
+    encoded = base64.encodebytes(data).decode("ascii")  # 76 characters a line
+    assert "\n" in encoded.strip()
+    server.queue(IMAGES, lambda request, server: Reply(200, {"data": [{"b64_json": encoded}]}))
+    out = images.execute(IMAGE, {"prompt": "fox"}, ctx())
+    assert store.get(out.result["artifact"]) == data
 
 
 def test_a_png_with_a_broken_header_is_kept_without_its_size(server, images, store):
