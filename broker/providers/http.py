@@ -20,7 +20,6 @@ either bound was sent, so the provider may have charged for it.
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import math
 import re
@@ -333,7 +332,7 @@ def _base64(encoded: str) -> bytes:
     only an answer that fails strictly pays for the second look."""
     try:
         return base64.b64decode(encoded, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or text that is not ASCII
         return base64.b64decode(re.sub(r"[ \t\r\n]+", "", encoded), validate=True)
 
 
@@ -378,7 +377,7 @@ class OpenAIImagesProvider(_OpenAIAdapter):
                      data: dict[str, Any]) -> tuple[ArtifactRef, bytes]:
         try:
             image = _base64(data["data"][0]["b64_json"])
-        except (KeyError, IndexError, TypeError, binascii.Error):
+        except (KeyError, IndexError, TypeError, ValueError):  # binascii.Error: a ValueError
             raise _bad_response(capability, call, "expected data[0].b64_json with base64 "
                                 "image bytes") from None
         try:

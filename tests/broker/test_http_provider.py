@@ -309,6 +309,13 @@ def test_a_png_with_a_broken_header_is_kept_without_its_size(server, images, sto
     assert store.get(out.result["artifact"]) == broken
 
 
+@pytest.mark.parametrize("encoded", ["ünïcode", "***", 5, None], ids=repr)
+def test_an_image_that_is_not_base64_is_a_bad_response(server, images, encoded):
+    server.queue(IMAGES, lambda request, server: Reply(200, {"data": [{"b64_json": encoded}]}))
+    assert _error(images.execute, IMAGE, {"prompt": "fox"}, ctx()).provider_code \
+        == "bad_response"
+
+
 def test_model_alias_maps_catalog_names(server, store):
     with httpx.Client() as client:
         provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
