@@ -37,7 +37,7 @@ from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
 from workers.app import ReviseCelery, make_app
 from workers.config import WorkerSettings
-from workers.messages import DispatchJob, parse_message, require_utf8
+from workers.messages import DispatchJob, parse_message
 from workers.outcome import answer_of
 from workers.routing import DISPATCH_TASK, enqueue
 
@@ -70,8 +70,6 @@ class Client:
         """The job for SCRIPT as run ``run_id``, queued (``send``: else the caller sends it
         with ``handle.send()``, again under the same job id if Redis did not answer)."""
         validate_name("run id", run_id)
-        if isinstance(script, str):  # before decode_source, which would crash on a surrogate
-            require_utf8("script", script)
         job_id = uuid.uuid4().hex
         job = {"job_id": job_id, "run_id": run_id, "script": decode_source(script).text,
                "args": args, "envelope": (envelope or Envelope()).model_dump(mode="json")}

@@ -37,6 +37,7 @@ from broker import png
 from broker.artifacts import DEFAULT_MAX_BYTES, ArtifactRef, ArtifactStore, ArtifactTooLarge
 from broker.catalog import Capability
 from broker.errors import CapabilityError, ReviseError
+from broker.foreign_json import parse_foreign_json
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
 from broker.providers.clients import ClientPool
 
@@ -254,35 +255,12 @@ class _Answer:
 
 
 def _json_body(body: bytes) -> dict[str, Any] | None:
-    """The body's JSON object (None: not JSON, or not an object)."""
+    """The body's JSON object (None: not JSON, or not an object), storable text only."""
     try:
-        data = _loads(body)
+        data = parse_foreign_json(body)
     except (ValueError, RecursionError):  # RecursionError: nested past any real answer
         return None
     return data if isinstance(data, dict) else None
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _loads(text: bytes | str) -> Any:
-    """JSON from a provider, with a lone surrogate (``"\\ud800"``, which JSON allows
-    and UTF-8 cannot encode) replaced by U+FFFD wherever it lands, so the answer can be
-    hashed and stored. Only an escape makes one: text without ``\\u`` is not walked."""
-    value = json.loads(text)
-    escaped = b"\\u" in text if isinstance(text, bytes) else "\\u" in text
-    return _without_surrogates(value) if escaped else value
-
-
-def _without_surrogates(value: Any) -> Any:
-    if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
-    if isinstance(value, list):
-        return [_without_surrogates(item) for item in value]
-    if isinstance(value, dict):
-        return {_without_surrogates(key): _without_surrogates(item)
-                for key, item in value.items()}
-    return value
 
 
 def _counts(data: dict[str, Any]) -> dict[str, Any]:
@@ -460,7 +438,7 @@ def _json_object(reply: str) -> dict[str, Any] | None:
     if start < 0 or end < start:
         return None
     try:
-        value = _loads(text[start:end + 1])
+        value = parse_foreign_json(text[start:end + 1])
     except (ValueError, RecursionError):
         return None
     return value if isinstance(value, dict) else None

@@ -18,7 +18,6 @@ provider error text is scrubbed of it before it is quoted.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -29,6 +28,7 @@ import httpx
 from pydantic import SecretStr
 
 from broker.errors import ConfigError, ReviseError
+from broker.foreign_json import parse_foreign_json
 from broker.settings import Settings
 from orchestrator.models.base import Message, ModelEndpointError
 
@@ -203,8 +203,8 @@ class OpenAIChatBackend:
 
     def _content(self, status: int, headers: httpx.Headers, raw: bytes) -> str | _Transient:
         try:
-            data = json.loads(raw)
-        except ValueError:
+            data = parse_foreign_json(raw)
+        except (ValueError, RecursionError):
             start = raw[:200].decode("utf-8", "replace").lstrip().lower()
             if "html" in headers.get("content-type", "") or start.startswith("<"):
                 raise ConfigError(
@@ -221,7 +221,8 @@ class OpenAIChatBackend:
                               "choices[0].message")
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):  # content parts (some proxies)
-            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            content = "".join(p["text"] for p in content
+                              if isinstance(p, dict) and isinstance(p.get("text"), str))
         if not isinstance(content, str) or not content.strip():
             finish = choice.get("finish_reason") if isinstance(choice, dict) else None
             raise ModelEndpointError(
@@ -231,10 +232,10 @@ class OpenAIChatBackend:
 
     def _message(self, raw: bytes) -> str:
         try:
-            data = json.loads(raw)
+            data = parse_foreign_json(raw)
             text = data["error"]["message"] if isinstance(data.get("error"), dict) \
                 else str(data.get("error") or data.get("detail") or data)
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, RecursionError, KeyError, TypeError, AttributeError):
             text = raw[:2000].decode("utf-8", "replace")
         return self._scrub(str(text))[:500]
 

@@ -402,3 +402,21 @@ def test_run_on_an_existing_run_reuses_the_stored_inputs_and_says_so(tmp_path: P
                      str(other), "--json")
     assert "the args differ from the ones stored with revision 2 of run again" \
         in changed.stderr.replace("\n", " ")
+
+
+
+def test_a_reply_with_half_a_surrogate_pair_is_read_and_quoted_back(
+        services: Services) -> None:
+    """The endpoint escapes half a surrogate pair in its JSON: the candidate gets U+FFFD
+    there, and the next round's request, which quotes that reply, can be sent (it raised
+    UnicodeEncodeError from inside httpx, and the repair ended in a traceback)."""
+    services.pipeline().run("sur", HERO_V1, {}, Envelope())
+    refused = HERO_FIXED.replace("async def", "import os  # caf\ud800\nasync def", 1)
+    with ModelServer([fenced(refused), fenced(HERO_FIXED)]) as server:
+        result = repair_dynamic_source(store=services.store, run_id="sur",
+                                       model=http_model(server), max_attempts=3,
+                                       execute=executor(services, "sur", {}))
+        quoted = server.bodies()[1]["messages"][-2]["content"]
+    assert [a.stage for a in result.attempts] == ["check", "succeeded"]
+    assert result.outcome == "succeeded"
+    assert "import os  # caf\ufffd\n" in quoted
