@@ -68,10 +68,20 @@ class Identity:
 
 
 def canonical_json(value: Any) -> str:
-    """JSON with sorted keys and no whitespace; rejects NaN and non-JSON types."""
+    """JSON with sorted keys and no whitespace; rejects NaN, non-JSON types and text
+    that is not valid Unicode (a lone surrogate, which no UTF-8 hash or store takes)."""
     _reject_non_finite(value)
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
+    if not text.isascii():  # O(1) for ASCII text: only other text is looked at
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InputError(f"a string contains a lone surrogate {text[exc.start]!r}, "
+                             "which is not valid Unicode text; write the character "
+                             "itself (a JSON \\ud83d\\ude00 pair, not half of "
+                             "one)") from None
+    return text
 
 
 def _reject_non_finite(value: Any) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from broker.errors import ConfigError, InputError, ReviseError
+from broker.identity import canonical_json
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
 from orchestrator import render
@@ -141,7 +142,7 @@ def read_result(path: Path) -> Any:
     data = read_bounded(path, "result", MAX_RESULT_FILE_BYTES,
                         "a result names its artifacts (--artifact FILE), it does not hold them")
     try:
-        return json.loads(data.decode("utf-8"))
+        value = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InputError(f"result file {path} is not UTF-8 (byte {exc.start}); save it as "
                          "UTF-8", file=str(path)) from None
@@ -151,6 +152,12 @@ def read_result(path: Path) -> Any:
     except ValueError as exc:
         raise InputError(f"result file {path} is not JSON ({exc}); {RESULT_EXAMPLE}",
                          file=str(path)) from None
+    try:
+        canonical_json(value)  # the form it is stored and hashed in
+    except InputError as exc:
+        raise InputError(f"result file {path} cannot be stored: {exc.message}",
+                         file=str(path)) from None
+    return value
 
 
 def read_script(path: Path) -> bytes:

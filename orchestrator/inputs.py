@@ -71,6 +71,10 @@ class ArgsFile:
         if _depth_over(value, MAX_ARGS_DEPTH):
             raise self._error(f"nests deeper than {MAX_ARGS_DEPTH} levels; {_EXAMPLE} with "
                               "less nesting")
+        try:
+            canonical_json(value)  # the form they are stored and hashed in
+        except InputError as exc:
+            raise self._error(f"cannot be stored: {exc.message}") from None
         return value
 
     def _read(self, limit: int) -> bytes:

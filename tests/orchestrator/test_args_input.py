@@ -95,6 +95,16 @@ def test_deeply_nested_args_are_one_line_never_a_recursion_error(tmp_path: Path,
     assert "args must be a JSON object like" in line
 
 
+@pytest.mark.parametrize("command", ["run", "submit"])
+def test_args_with_half_a_surrogate_pair_are_one_line(tmp_path: Path, command: str) -> None:
+    args = tmp_path / "args.json"
+    args.write_text('{"shots": ["caf\\ud800"]}')  # JSON allows it; no UTF-8 text holds it
+    line = _one_error(_revise(tmp_path, command, str(SCRIPT), "--run-id", "U", "--args",
+                              str(args)))
+    assert line.startswith(f"error: args file {args} cannot be stored: a string contains a "
+                           "lone surrogate '\\ud800'"), line
+
+
 def test_nesting_at_the_limit_is_accepted(tmp_path: Path) -> None:
     args = tmp_path / "deep.json"
     args.write_text('{"a": ' + "[" * (MAX_ARGS_DEPTH - 1) + "]" * (MAX_ARGS_DEPTH - 1) + "}")

@@ -54,6 +54,8 @@ def test_an_envelope_over_its_limit_is_refused_before_it_is_parsed(tmp_path: Pat
 @pytest.mark.parametrize(("content", "problem"), [
     ("{bad", "is not JSON (Expecting property name"),
     (b"\xff\xfe{}", "is not UTF-8 (byte 0)"),
+    ('{"text": "half a pair \\ud800"}', "cannot be stored: a string contains a lone "
+                                          "surrogate '\\ud800'"),
 ])
 def test_a_result_that_is_not_json_gets_a_result_hint(tmp_path: Path, content: str | bytes,
                                                       problem: str) -> None:
