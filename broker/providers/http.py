@@ -150,15 +150,16 @@ class _OpenAIAdapter(ABC):
             body = bytearray()
             for chunk in response.iter_bytes():
                 body += chunk
-                if len(body) > limit:
-                    if failed:
-                        del body[limit:]
-                        break
+                over, late = len(body) > limit, time.monotonic() > until
+                if failed and (over or late):  # the status says it all: keep what came
+                    del body[limit:]
+                    break
+                if over:
                     raise _bad_response(
                         capability, call, f"the answer is over {limit} bytes, more than "
                         f"the largest artifact ({self._largest_artifact} bytes, "
                         "REVISE_ARTIFACT_MAX_BYTES) takes in base64")
-                if time.monotonic() > until:
+                if late:
                     raise provider_error(
                         capability, call, f"{capability.name}: the provider's answer was "
                         f"still arriving after {timeout:g}s; the provider may have "

@@ -245,6 +245,21 @@ def test_a_huge_error_page_is_read_only_as_far_as_its_message(server, images):
     assert "<html>xxx" in err.message and len(err.message) < 500
 
 
+def test_an_error_answer_still_arriving_at_the_timeout_keeps_its_status(server, store):
+    """A refusal is free whatever its body does: a 400 trickled past the timeout is read
+    as far as it came, never turned into a timeout (which may have been charged)."""
+    def trickled_refusal(request, server):
+        reply = error(400, "the prompt was refused " + "x" * 400)(request, server)
+        reply.trickle = 0.05
+        return reply
+    server.queue(IMAGES, trickled_refusal)
+    with httpx.Client() as client:
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, timeout=0.4, client=client)
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code, err.retryable) == (400, "invalid_parameter", False)
+
+
 def test_a_retry_after_date_becomes_seconds(server, images):
     when = email.utils.formatdate(time.time() + 30, usegmt=True)
     server.queue(IMAGES, error(429, "slow down", headers={"Retry-After": when}))
