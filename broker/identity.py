@@ -73,15 +73,33 @@ def canonical_json(value: Any) -> str:
     _reject_non_finite(value)
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
                       allow_nan=False)
-    if not text.isascii():  # O(1) for ASCII text: only other text is looked at
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InputError(f"a string contains a lone surrogate {text[exc.start]!r}, "
-                             "which is not valid Unicode text; write the character "
-                             "itself (a JSON \\ud83d\\ude00 pair, not half of "
-                             "one)") from None
+    at = None if text.isascii() else lone_surrogate_at(text)  # isascii: O(1) on ASCII text
+    if at is not None:
+        raise InputError(f"a string contains a lone surrogate {text[at]!r}, which is not "
+                         "valid Unicode text; write the character itself (a JSON "
+                         "\\ud83d\\ude00 pair, not half of one)")
     return text
+
+
+def lone_surrogate_at(text: str) -> int | None:
+    """Where ``text`` holds half a surrogate pair, which no UTF-8 encoder takes (JSON can
+    escape one), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return exc.start
+    return None
+
+
+def utf8_bytes(what: str, text: str) -> bytes:
+    """``text`` in UTF-8, or an InputError naming the lone surrogate it holds."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InputError(
+            f"the {what} is not valid UTF-8 text: it has a lone surrogate "
+            f"{text[exc.start]!r} at character {exc.start}; send text that encodes to "
+            "UTF-8 (read files as bytes, or decode them with encoding='utf-8')") from None
 
 
 def _reject_non_finite(value: Any) -> None:

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 
 from broker.errors import InputError
-from broker.identity import sha256_hex
+from broker.identity import sha256_hex, utf8_bytes
 
 MAX_SOURCE_BYTES = 256 * 1024
 
@@ -27,12 +27,7 @@ class Source:
 
 def decode_source(data: bytes | str) -> Source:
     """Return the one decoded text of a script, or raise InputError naming the fix."""
-    try:
-        raw = data.encode("utf-8") if isinstance(data, str) else bytes(data)
-    except UnicodeEncodeError as exc:  # a lone surrogate: text no file or store can hold
-        raise InputError(
-            f"the script is not valid UTF-8 text: it has a lone surrogate {data[exc.start]!r} "
-            f"at character {exc.start}; write the character itself or drop it") from None
+    raw = utf8_bytes("script", data) if isinstance(data, str) else bytes(data)
     if len(raw) > MAX_SOURCE_BYTES:
         raise InputError(
             f"script is {len(raw)} bytes; the limit is {MAX_SOURCE_BYTES}; "

@@ -30,6 +30,7 @@ from pydantic import (
 
 from broker.envelope import Envelope
 from broker.errors import InputError
+from broker.identity import lone_surrogate_at, utf8_bytes
 from broker.names import name_checker, validate_name
 
 
@@ -40,22 +41,9 @@ class InvalidMessage(InputError):
     errors: int | None = None  # how many problems pydantic found
 
 
-def _first_surrogate(text: str) -> int | None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return exc.start
-    return None
-
-
 def require_utf8(what: str, text: str) -> str:
     """``text`` if it encodes to UTF-8; else an InputError naming the lone surrogate."""
-    at = _first_surrogate(text)
-    if at is not None:
-        raise InputError(
-            f"the {what} is not valid UTF-8 text: it has a lone surrogate {text[at]!r} at "
-            f"character {at}; send text that encodes to UTF-8 (read files as bytes, or "
-            "decode them with encoding='utf-8')")
+    utf8_bytes(what, text)
     return text
 
 
@@ -71,8 +59,7 @@ def _utf8_text(what: str) -> Any:
 
 def _utf8_json(what: str) -> Any:
     def check(value: Any) -> Any:
-        at = _first_surrogate(json.dumps(value, ensure_ascii=False))
-        if at is not None:
+        if lone_surrogate_at(json.dumps(value, ensure_ascii=False)) is not None:
             raise ValueError(f"a string in the {what} is not valid UTF-8 text (it has a "
                              "lone surrogate); send strings that encode to UTF-8")
         return value
