@@ -255,7 +255,7 @@ class _Answer:
     reason: str
 
 
-def _json_body(body: bytes) -> dict[str, Any] | None:
+def _json_body(body: bytes | str) -> dict[str, Any] | None:
     """The body's JSON object (None: not JSON, or not an object), storable text only."""
     try:
         data = parse_foreign_json(body)
@@ -438,11 +438,7 @@ def _json_object(reply: str) -> dict[str, Any] | None:
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end < start:
         return None
-    try:
-        value = parse_foreign_json(text[start:end + 1])
-    except (ValueError, RecursionError):
-        return None
-    return value if isinstance(value, dict) else None
+    return _json_body(text[start:end + 1])
 
 
 Shaper = Callable[[str, dict], dict[str, Any] | None]
