@@ -4,6 +4,9 @@ import base64
 import email.utils
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 
 import httpx
 import pytest
@@ -33,6 +36,7 @@ from tests.fakes import (
     ok_chat,
     ok_image,
     slow,
+    trickle,
     unknown_model,
 )
 
@@ -55,12 +59,20 @@ def store() -> MemoryArtifactStore:
     return MemoryArtifactStore()
 
 
+@contextmanager
+def images_at(base_url: str, store: MemoryArtifactStore, *, api_key: Any = FAKE_API_KEY,
+              **options: Any) -> Iterator[OpenAIImagesProvider]:
+    """An images adapter with ``options``, on an HTTP client of its own."""
+    with httpx.Client() as client:
+        yield OpenAIImagesProvider(base_url=base_url, api_key=api_key, artifacts=store,
+                                   client=client, **options)
+
+
 @pytest.fixture
 def images(server, store):
-    with httpx.Client() as client:
-        yield OpenAIImagesProvider(base_url=server.base_url,
-                                   api_key=SecretStr(FAKE_API_KEY), artifacts=store,
-                                   timeout=5.0, client=client)
+    with images_at(server.base_url, store, api_key=SecretStr(FAKE_API_KEY),
+                   timeout=5.0) as provider:
+        yield provider
 
 
 @pytest.fixture
@@ -144,9 +156,7 @@ def test_server_side_validation_by_default(server, images):
 
 def test_wrong_key_is_auth_error_without_the_key(server, store):
     wrong = "sk-wrong-secret-value-123"
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=wrong,
-                                        artifacts=store, client=client)
+    with images_at(server.base_url, store, api_key=wrong) as provider:
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert (err.status, err.provider_code) == (401, "auth")
     assert wrong not in str(err) and wrong not in json.dumps(err.fields, default=str)
@@ -154,9 +164,7 @@ def test_wrong_key_is_auth_error_without_the_key(server, store):
 
 def test_timeout_is_retryable_and_warns_of_completion(server, store):
     server.queue(IMAGES, slow(3.0))
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
-                                        artifacts=store, timeout=0.3, client=client)
+    with images_at(server.base_url, store, timeout=0.3) as provider:
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert (err.status, err.provider_code, err.retryable) == (None, "timeout", True)
     assert "may have completed" in err.message
@@ -165,9 +173,7 @@ def test_timeout_is_retryable_and_warns_of_completion(server, store):
 
 def test_the_envelope_call_timeout_bounds_one_request(server, store):
     server.queue(IMAGES, slow(3.0))
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
-                                        artifacts=store, timeout=30.0, client=client)
+    with images_at(server.base_url, store, timeout=30.0) as provider:
         call = CallContext("run-h", "orchestrate/#0@:0", "revise-k", timeout_seconds=0.3)
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, call)
     assert (err.provider_code, err.retryable) == ("timeout", True)
@@ -175,9 +181,7 @@ def test_the_envelope_call_timeout_bounds_one_request(server, store):
 
 
 def test_connection_refused_is_retryable(store):
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url="http://127.0.0.1:9/v1", api_key=FAKE_API_KEY,
-                                        artifacts=store, timeout=2.0, client=client)
+    with images_at("http://127.0.0.1:9/v1", store, timeout=2.0) as provider:
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert err.provider_code == "connection_error" and err.retryable
     _assert_no_key(err)
@@ -189,21 +193,11 @@ def test_garbage_image_response_is_bad_response(server, images):
     assert err.provider_code == "bad_response"
 
 
-def _trickled_image(seconds: float):
-    def behave(request, server):
-        reply = ok_image()(request, server)
-        reply.trickle = seconds
-        return reply
-    return behave
-
-
 def test_an_answer_still_arriving_at_the_timeout_is_a_timeout(server, store):
     """Every 16-byte piece comes well within the read timeout, the whole answer does not:
     the call ends at its timeout, and the provider (which did the work) may have charged."""
-    server.queue(IMAGES, _trickled_image(0.05))  # about 30 pieces: 1.5 s
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
-                                        artifacts=store, timeout=0.4, client=client)
+    server.queue(IMAGES, trickle(0.05, then=ok_image()))  # about 30 pieces: 1.5 s
+    with images_at(server.base_url, store, timeout=0.4) as provider:
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert (err.status, err.provider_code, err.retryable) == (None, "timeout", True)
     assert "still arriving after 0.4s" in err.message
@@ -214,9 +208,7 @@ def test_an_answer_larger_than_any_artifact_is_cut_off(server):
     store = MemoryArtifactStore(max_bytes=3000)
     endless = b'{"data": [{"b64_json": "' + b"A" * (8 << 20) + b'"}]}'
     server.queue(IMAGES, lambda request, server: Reply(200, None, raw=endless))
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
-                                        artifacts=store, client=client)
+    with images_at(server.base_url, store) as provider:
         assert provider.answer_bytes == 4000 + (1 << 20)
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert err.provider_code == "bad_response"  # answered: it may have been charged
@@ -227,9 +219,7 @@ def test_an_answer_larger_than_any_artifact_is_cut_off(server):
 def test_an_image_over_the_artifact_limit_is_a_bad_response(server):
     store = MemoryArtifactStore(max_bytes=100)
     server.queue(IMAGES, ok_image(png.render(b"big", 32, 32)))
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
-                                        artifacts=store, client=client)
+    with images_at(server.base_url, store) as provider:
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert err.provider_code == "bad_response"
     assert "over the limit of 100 bytes" in err.message and "REVISE_ARTIFACT_MAX_BYTES" \
@@ -248,14 +238,9 @@ def test_a_huge_error_page_is_read_only_as_far_as_its_message(server, images):
 def test_an_error_answer_still_arriving_at_the_timeout_keeps_its_status(server, store):
     """A refusal is free whatever its body does: a 400 trickled past the timeout is read
     as far as it came, never turned into a timeout (which may have been charged)."""
-    def trickled_refusal(request, server):
-        reply = error(400, "the prompt was refused " + "x" * 400)(request, server)
-        reply.trickle = 0.05
-        return reply
-    server.queue(IMAGES, trickled_refusal)
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
-                                        artifacts=store, timeout=0.4, client=client)
+    refusal = error(400, "the prompt was refused " + "x" * 400)
+    server.queue(IMAGES, trickle(0.05, then=refusal))
+    with images_at(server.base_url, store, timeout=0.4) as provider:
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert (err.status, err.provider_code, err.retryable) == (400, "invalid_parameter", False)
 
@@ -332,10 +317,8 @@ def test_an_image_that_is_not_base64_is_a_bad_response(server, images, encoded):
 
 
 def test_model_alias_maps_catalog_names(server, store):
-    with httpx.Client() as client:
-        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
-                                        artifacts=store, client=client,
-                                        models={"local-image-1": "gpt-image-1"})
+    with images_at(server.base_url, store,
+                   models={"local-image-1": "gpt-image-1"}) as provider:
         provider.execute(IMAGE, {"prompt": "fox"}, ctx())
     assert server.requests[0].body["model"] == "gpt-image-1"
 

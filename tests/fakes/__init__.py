@@ -20,6 +20,7 @@ from tests.fakes.openai_server import (
     reject,
     running_server,
     slow,
+    trickle,
     unknown_model,
 )
 
@@ -43,5 +44,6 @@ __all__ = [
     "reject",
     "running_server",
     "slow",
+    "trickle",
     "unknown_model",
 ]

@@ -185,11 +185,13 @@ def html_page() -> Behaviour:
     return behave
 
 
-def trickle(seconds: float, content: str = "slow answer") -> Behaviour:
-    """A complete answer sent in 16-byte pieces, ``seconds`` apart."""
+def trickle(seconds: float, content: str = "slow answer", then: Behaviour | None = None
+            ) -> Behaviour:
+    """A complete answer (``then``'s, else a chat completion of ``content``) sent in
+    16-byte pieces, ``seconds`` apart."""
 
     def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
-        reply = ok_chat(content)(request, server)
+        reply = (then or ok_chat(content))(request, server)
         reply.trickle = seconds
         return reply
     return behave

@@ -31,6 +31,7 @@ from tests.fakes.openai_server import (
     ok_image,
     rate_limited,
     reject,
+    trickle,
 )
 
 from .conftest import Harness
@@ -97,19 +98,10 @@ def test_a_charged_5xx_is_never_paid_again_where_keys_are_ignored(make_harness) 
         assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 1
 
 
-def _paid_answer(**reply: Any) -> Callable[..., Reply]:
-    """The picture rendered and charged, its answer sent with ``reply``'s changes."""
-    def behave(request: Any, server: FakeOpenAIServer) -> Reply:
-        answer = ok_image()(request, server)
-        for name, value in reply.items():
-            setattr(answer, name, value)
-        return answer
-    return behave
-
-
 @pytest.mark.parametrize("answer, settings", [
-    (_paid_answer(trickle=0.05), {"timeout": 0.5}),
-    (_paid_answer(raw=b'{"data": [{"b64_json": "' + b"A" * (4 << 20) + b'"}]}'),
+    (trickle(0.05, then=ok_image()), {"timeout": 0.5}),  # a 200 answer is charged
+    (lambda request, server: Reply(200, None, raw=b'{"data": [{"b64_json": "'
+                                   + b"A" * (4 << 20) + b'"}]}'),
      {"artifact_max_bytes": 1 << 16}),
 ], ids=["trickled past the timeout", "larger than any artifact"])
 def test_a_paid_answer_the_adapter_cuts_off_is_never_paid_again(
