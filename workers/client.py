@@ -179,6 +179,10 @@ class JobHandle:
                               "missing from the store", run_id=self.run_id)
         return revision.status
 
+    def done(self) -> bool:
+        """The job ended (succeeded, failed or stopped), read once now."""
+        return self.status() not in _UNFINISHED
+
     def progress(self) -> str:
         """One line on where the job is: queued, dispatched, or its revision's calls so
         far (committed, in flight at broker workers, failed) and whether it is parked."""

@@ -126,9 +126,10 @@ def test_sandbox_worker_killed_mid_job_replays_and_never_pays_twice(make_stack) 
     pid = pid_of(holder)
     assert pid is not None, holder
     os.kill(pid, signal.SIGKILL)  # the pool process running the job
+    assert not handle.done()
 
     report = handle.wait(60)
-    assert report["status"] == "succeeded"
+    assert report["status"] == "succeeded" and handle.done()
     assert stack.context.lease.starts(job) == 2
     # Both deliveries belong to one revision: its three attempts are its executions, and
     # the second delivery's replays of the first's commits are not "saved" calls.
