@@ -29,9 +29,8 @@ from peers.cpu import cpu_seconds, service_pids  # noqa: E402
 from peers.floor import CeleryFloor  # noqa: E402
 from peers.memory import tree  # noqa: E402
 from peers.revise import ReviseCelery, redis_url  # noqa: E402
-from peers.scratch import scratch_database  # noqa: E402
+from peers.scratch import PG_ADMIN, scratch_database  # noqa: E402
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 # Both stacks start their workers in this order (the second broker worker is switched off).
 WORKERS = ("dispatcher", "sandbox worker and its sandboxes", "broker worker", "broker worker")
 SERVICES = {"PostgreSQL": "postgres", "Redis": "redis-server"}

@@ -27,22 +27,20 @@ import statistics
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from peers.scratch import PG_ADMIN, scratch_database  # noqa: E402
 
 from broker.envelope import Envelope  # noqa: E402
 from broker.records import AttemptStatus  # noqa: E402
 from orchestrator.reconcile import reconcile_attempt  # noqa: E402
 from tests.workers.conftest import HOST, Stack, script  # noqa: E402
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 REDIS_URL = f"redis://127.0.0.1:6379/{os.environ.get('REVISE_BENCH_REDIS_DB', '13')}"
 READY_SECONDS = 120
 
@@ -55,20 +53,6 @@ def _poll(predicate: Callable[[], Any], timeout: float, what: str) -> float:
             raise TimeoutError(f"{what} did not happen within {timeout:.0f} s")
         time.sleep(0.05)
     return time.monotonic() - started
-
-
-def _database() -> tuple[str, Callable[[], None]]:
-    name = f"revise_bench_crash_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-
-    def drop() -> None:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-    return PG_ADMIN.rsplit("/", 1)[0] + f"/{name}", drop
 
 
 def _detail(stack: Stack, run_id: str) -> str:
@@ -151,9 +135,9 @@ def main() -> None:
                         "that looks remote (needs `unshare --uts`, i.e. root): its death is "
                         "seen only through the attempt lease")
     options = parser.parse_args()
-    url, drop = _database()
     figures: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix="revise-bench-crash-") as tmp:
+    with scratch_database(PG_ADMIN, "revise_bench_crash") as url, \
+            tempfile.TemporaryDirectory(prefix="revise-bench-crash-") as tmp:
         stack = Stack(Path(tmp), url, REDIS_URL, local_latency=0.5)
         try:
             stack.worker("dispatch")
@@ -171,7 +155,6 @@ def main() -> None:
                                        ).append(value)
         finally:
             stack.stop()
-            drop()
     settings = stack.settings
     print(f"\ncrash recovery, default settings: attempt lease "
           f"{settings.attempt_lease_seconds:.0f} s, revision lease "

@@ -40,15 +40,13 @@ sys.path.insert(0, str(ROOT))
 
 from peers.memory import PeakPss, megabytes, pss_bytes, tree  # noqa: E402
 from peers.revise import redis_url  # noqa: E402
-from peers.scratch import scratch_database  # noqa: E402
+from peers.scratch import PG_ADMIN, scratch_database  # noqa: E402
 
 from broker.envelope import Envelope  # noqa: E402
 from broker.providers import ProviderLog  # noqa: E402
 from broker.providers.log import peak_in_flight  # noqa: E402
 from tests.workers.conftest import Stack  # noqa: E402
 from workers.config import WorkerSettings  # noqa: E402
-
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 SCRIPT = '''
 async def orchestrate(ctx, args):

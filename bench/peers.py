@@ -53,10 +53,9 @@ sys.path.insert(0, str(ROOT))
 from peers.cpu import CpuMeter  # noqa: E402
 from peers.floor import CeleryFloor  # noqa: E402
 from peers.revise import ReviseCelery, ReviseEmbedded, redis_url  # noqa: E402
-from peers.scratch import scratch_database  # noqa: E402
+from peers.scratch import PG_ADMIN, scratch_database  # noqa: E402
 from peers.tools import checker_ratio, help_ms  # noqa: E402
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 EXTRA = "pip install -e '.[peers]'"
 
 

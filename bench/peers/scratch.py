@@ -6,6 +6,8 @@ import contextlib
 import uuid
 from collections.abc import Iterator
 
+PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"  # where scratch databases are made
+
 
 @contextlib.contextmanager
 def scratch_database(admin_url: str, prefix: str = "revise_bench") -> Iterator[str]:

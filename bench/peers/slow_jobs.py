@@ -40,7 +40,6 @@ sys.path[:] = [str(ROOT / "bench"), str(ROOT),
 
 from peers.memory import PeakPss, pss_bytes, tree  # noqa: E402
 
-PG_ADMIN = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 _TEMPORAL: dict[str, Any] = {}  # the provider URL the activity posts to
 
 try:  # Temporal's workflows and activities must be module-level definitions
@@ -76,7 +75,7 @@ def revise(jobs: int, calls: int, provider: str, home: Path,
     from broker.database import prepare_database
     from broker.envelope import Envelope
     from peers.revise import redis_url
-    from peers.scratch import scratch_database
+    from peers.scratch import PG_ADMIN, scratch_database
     from tests.workers.conftest import Stack
 
     script = ("async def orchestrate(ctx, args):\n    out = []\n"
