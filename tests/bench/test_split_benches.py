@@ -30,7 +30,7 @@ def _run(args: list[str], redis_url: str) -> str:
 @pytest.mark.postgres
 def test_cpu_split_prints_each_process_per_job_and_per_call(postgres_url: str,
                                                             redis_url: str) -> None:
-    out = _run([str(ROOT / "bench" / "cpu_split.py"), "--jobs", "2", "--calls", "2",
+    out = _run([str(ROOT / "bench" / "cpu_split.py"), "--jobs", "2", "--calls", "12",
                 "--rounds", "1", "--database-url", postgres_url, "--redis-url", redis_url],
                redis_url)
     rows = {cells[0]: cells[1:] for line in out.splitlines() if line.startswith("| ")
