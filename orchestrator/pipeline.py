@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import tempfile
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,15 @@ from typing import Any
 from broker.catalog import lookup
 from broker.charging import counts_as_paid, never_sent
 from broker.envelope import Envelope
-from broker.errors import InputError, OrphanStop, Parked, RevisionNotRunning, RunBusy
+from broker.errors import (
+    InputError,
+    OrphanStop,
+    Parked,
+    RevisionLost,
+    RevisionNotRunning,
+    RunBusy,
+    StoreUnavailable,
+)
 from broker.identity import Identity, canonical_json, sha256_hex
 from broker.prefix import Prefix
 from broker.records import (
@@ -37,7 +46,7 @@ from broker.store import RunStore
 from orchestrator.admission import Admission, Refusal, admit
 from orchestrator.certificate import build_certificate, verify
 from orchestrator.inputs import envelope_bytes
-from orchestrator.reconcile import sweep_revisions
+from orchestrator.reconcile import lose_revision, sweep_revisions
 from orchestrator.refusals import check_failed, gate_rejected
 from orchestrator.report import (
     CallCounts,
@@ -207,6 +216,19 @@ class Pipeline:
             self.store.set_run_status(run_id, RunStatus.STOPPED, report.error.message[:500]
                                       if report.error else None)
             return report
+        try:
+            self._spend(admitted, envelope, admission, slots, lease, delivery, job_id)
+        except Exception as exc:
+            if job_id is not None or isinstance(exc, StoreUnavailable):
+                raise  # a sandbox worker fails its job; a store outage lets the lease expire
+            raise self._lost_here(run_id, revision, exc) from exc
+        return report
+
+    def _spend(self, admitted: Admitted, envelope: Envelope, admission: Admission,
+               slots: list[SlotRecord], lease: RevisionLease, delivery: int,
+               job_id: str | None) -> None:
+        """The sandbox and its calls, then the revision's end or (a job's) its parking."""
+        run_id, revision, report = admitted.run_id, admitted.revision, admitted.report
         executor = self.executor_for(envelope)
         session = Session(
             run_id=run_id, revision=revision, admission=admission,
@@ -225,9 +247,24 @@ class Pipeline:
             # The revision runs on without a sandbox: its job resumes it when its calls
             # are settled (``workers.parking``); nothing is finished here.
             report.status = RevisionStatus.PARKED
-            return report
+            return
         self._finish(report, result, envelope, job_id)
-        return report
+
+    def _lost_here(self, run_id: str, revision: int, exc: Exception) -> RevisionLost:
+        """An embedded revision the host itself failed on (a fault no handler foresaw) is
+        failed, naming the fault and where it happened, rather than left ``running`` until
+        a later submit sweeps it; its committed calls replay when the run is submitted
+        again."""
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+        reason = (f"the host failed while running the revision "
+                  f"({type(exc).__name__}{where}: {str(exc)[:300]})")
+        record = self.store.get_revision(run_id, revision)
+        if record is not None:
+            lose_revision(self.store, run_id, revision, reason,
+                          seen_heartbeat=record.heartbeat_at)
+        return RevisionLost(f"{reason}; committed calls are kept and replay when the run is "
+                            "submitted again on this run id")
 
     # ---- after the sandbox -------------------------------------------------------------------
 
