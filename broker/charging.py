@@ -64,7 +64,8 @@ def charge_of(error: CapabilityError, terms: ProviderTerms) -> ChargeVerdict:
 
 
 def retry_after(value: object) -> float:
-    """Seconds from a Retry-After header value (delta-seconds; a date or junk: 1 s)."""
+    """Seconds from the Retry-After the adapter passed on (whole seconds: a date is turned
+    into them there, junk dropped); anything else: 1 s."""
     try:
         seconds = float(str(value))
     except (TypeError, ValueError):

@@ -27,7 +27,6 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
@@ -40,6 +39,7 @@ from broker.errors import CapabilityError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
 from broker.providers.clients import ClientPool
+from broker.retry_after import retry_after_seconds
 
 _STATUS_CODES: dict[int, tuple[str, bool]] = {
     400: ("invalid_parameter", False), 401: ("auth", False), 403: ("auth", False),
@@ -289,15 +289,10 @@ def _finite_number(value: Any) -> bool:
 
 
 def _retry_after(value: str | None) -> str | None:
-    """Retry-After as delta-seconds: an HTTP date (RFC 9110 allows either) becomes the
-    seconds until it, so the broker waits as long as the provider asked."""
-    if not value:
-        return None
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return value  # delta-seconds, or junk the broker reads as a short wait
-    return str(max(0, math.ceil(when.timestamp() - time.time())))
+    """Retry-After as whole seconds, rounded up (an HTTP date becomes the seconds until
+    it), so the broker waits at least as long as the provider asked; junk is dropped."""
+    seconds = retry_after_seconds(value, now=time.time())
+    return None if seconds is None else str(math.ceil(seconds))
 
 
 def _bad_response(capability: Capability, call: CallContext, why: str) -> CapabilityError:

@@ -29,6 +29,7 @@ from pydantic import SecretStr
 
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
+from broker.retry_after import retry_after_seconds
 from broker.settings import Settings
 from orchestrator.models.base import Message, ModelEndpointError
 
@@ -192,11 +193,9 @@ class OpenAIChatBackend:
         return headers
 
     def _delay(self, attempt: int, retry_after: str | None) -> float:
-        if retry_after:
-            try:
-                return min(max(float(retry_after), 0.0), _MAX_RETRY_AFTER)
-            except ValueError:
-                pass  # an HTTP date: fall back to our own schedule
+        seconds = retry_after_seconds(retry_after, now=time.time())
+        if seconds is not None:
+            return min(seconds, _MAX_RETRY_AFTER)
         return min(self.backoff * (2 ** attempt), self.max_backoff)
 
     # ---- answers and errors -------------------------------------------------------------

@@ -253,6 +253,15 @@ def test_a_retry_after_date_becomes_seconds(server, images):
     assert 28 <= int(err.retry_after) <= 31
 
 
+@pytest.mark.parametrize("header, passed_on", [
+    ("2.5", "3"), ("nan", None), ("-5", None), ("in a while", None)])
+def test_retry_after_is_passed_on_as_whole_seconds_rounded_up(server, images, header,
+                                                              passed_on):
+    """Never a shorter wait than asked; junk is dropped (the broker then waits 1 s)."""
+    server.queue(IMAGES, error(429, "slow down", headers={"Retry-After": header}))
+    assert _error(images.execute, IMAGE, {"prompt": "fox"}, ctx()).retry_after == passed_on
+
+
 @pytest.mark.parametrize("usage, kept", [
     ([1, 2], {}), ("many", {}), (None, {}),
     ({"total_tokens": 9, "odd": float("nan"), "note": "x", "flag": True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.utils
 import io
 import json
 import time
@@ -203,6 +204,20 @@ def test_retry_after_header_is_honoured() -> None:
         server.queue(CHAT, error(429, headers={"Retry-After": "7"}))
         _backend(server, sleeps).complete(MESSAGES, purpose="repair")
     assert sleeps == [7.0]
+
+
+def test_a_retry_after_date_is_honoured_and_junk_falls_back_to_the_backoff() -> None:
+    """An HTTP date (RFC 9110 allows it) used to be ignored; "nan" reached time.sleep,
+    which raises: a repair ended in a traceback on a proxy's odd header."""
+    sleeps: list[float] = []
+    when = email.utils.formatdate(time.time() + 20, usegmt=True)
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, error(429, headers={"Retry-After": when}),
+                     error(503, headers={"Retry-After": "nan"}),
+                     error(429, headers={"Retry-After": "-3"}))
+        _backend(server, sleeps).complete(MESSAGES, purpose="repair")
+    assert 18 <= sleeps[0] <= 20
+    assert sleeps[1:] == [2.0, 4.0]  # the backoff of retries 2 and 3
 
 
 def test_429_after_retries_is_a_clear_error() -> None:

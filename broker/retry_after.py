@@ -1,0 +1,30 @@
+"""A ``Retry-After`` header (RFC 9110, 10.2.3): delta-seconds or an HTTP date (pure)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+
+LONGEST_SECONDS = 86400.0  # past a day the value is junk, and every caller caps lower
+
+
+def retry_after_seconds(value: str | None, now: float) -> float | None:
+    """Seconds to wait from the header's value at ``now`` (a POSIX time): a date becomes
+    the seconds until it (0 when it has passed). None when there is nothing usable: no
+    header, junk, a negative number, NaN or infinity, or more than a day."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        if when.tzinfo is None:  # "-0000": UTC, with nothing said about the sender's zone
+            when = when.replace(tzinfo=UTC)
+        seconds = max(0.0, when.timestamp() - now)
+    if not math.isfinite(seconds) or not 0 <= seconds <= LONGEST_SECONDS:
+        return None
+    return seconds
