@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from broker.errors import ConfigError, InputError, ReviseError
-from broker.identity import canonical_json
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
 from orchestrator import render
@@ -139,25 +138,11 @@ RESULT_EXAMPLE = ('write the call\'s known result as JSON in its capability\'s r
 
 def read_result(path: Path) -> Any:
     """The JSON of a ``--result`` file: bounded before parsing, one error naming the fix."""
+    from orchestrator.inputs import parse_json_file
+
     data = read_bounded(path, "result", MAX_RESULT_FILE_BYTES,
                         "a result names its artifacts (--artifact FILE), it does not hold them")
-    try:
-        value = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"result file {path} is not UTF-8 (byte {exc.start}); save it as "
-                         "UTF-8", file=str(path)) from None
-    except RecursionError:
-        raise InputError(f"result file {path} nests too deeply to read; write a flatter "
-                         "JSON value", file=str(path)) from None
-    except ValueError as exc:
-        raise InputError(f"result file {path} is not JSON ({exc}); {RESULT_EXAMPLE}",
-                         file=str(path)) from None
-    try:
-        canonical_json(value)  # the form it is stored and hashed in
-    except InputError as exc:
-        raise InputError(f"result file {path} cannot be stored: {exc.message}",
-                         file=str(path)) from None
-    return value
+    return parse_json_file(data, f"result file {path}", path, RESULT_EXAMPLE)
 
 
 def read_script(path: Path) -> bytes:

@@ -55,26 +55,14 @@ class ArgsFile:
 
     def load(self, limit: int) -> dict[str, Any]:
         """The args in the file: size checked before parsing, then JSON, object, depth."""
-        data = self._read(limit)
-        try:
-            value = json.loads(data.decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise self._error(f"is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
-        except RecursionError:
-            raise self._error(f"nests too deeply to parse; {_EXAMPLE}, nested at most "
-                              f"{MAX_ARGS_DEPTH} levels") from None
-        except ValueError as exc:
-            raise self._error(f"is not JSON ({exc}); {_EXAMPLE}") from None
+        value = parse_json_file(self._read(limit), f"args file {self.path}", self.path,
+                                _EXAMPLE)
         if not isinstance(value, dict):
             raise self._error(f"holds a JSON {_json_kind(value)}; {_EXAMPLE} (the script "
                               "receives it as orchestrate(ctx, args))")
         if _depth_over(value, MAX_ARGS_DEPTH):
             raise self._error(f"nests deeper than {MAX_ARGS_DEPTH} levels; {_EXAMPLE} with "
                               "less nesting")
-        try:
-            canonical_json(value)  # the form they are stored and hashed in
-        except InputError as exc:
-            raise self._error(f"cannot be stored: {exc.message}") from None
         return value
 
     def _read(self, limit: int) -> bytes:
@@ -103,6 +91,27 @@ class ArgsFile:
 
     def _error(self, problem: str) -> InputError:
         return InputError(f"args file {self.path} {problem}", file=str(self.path))
+
+
+def parse_json_file(data: bytes, label: str, path: Path, example: str) -> Any:
+    """The JSON value in a file's ``data``, in a form the store can hash; else one
+    InputError naming the file (``label``: "args file P") and the fix (``example``)."""
+    def error(problem: str) -> InputError:
+        return InputError(f"{label} {problem}", file=str(path))
+
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise error(f"is not UTF-8 (byte {exc.start}); save it as UTF-8") from None
+    except RecursionError:
+        raise error(f"nests too deeply to read; {example}, with less nesting") from None
+    except ValueError as exc:
+        raise error(f"is not JSON ({exc}); {example}") from None
+    try:
+        canonical_json(value)  # the form it is stored and hashed in
+    except InputError as exc:
+        raise error(f"cannot be stored: {exc.message}") from None
+    return value
 
 
 def _json_kind(value: Any) -> str:
