@@ -59,3 +59,19 @@ def test_quick_run_of_revise_prints_every_figure(postgres_url: str, redis_url: s
     assert "| N = 4 | 5 | 8 |" in out  # call-level replay: N + 1 paid, a full rerun 2N
     assert re.search(r"checker p50 <= 5x ast.parse +\d+\.\d\dx", out), out
     assert re.search(r"revise --help <= 200 ms +\d+ ms", out), out
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_slow_workload_of_revise_prints_its_row(redis_url: str) -> None:
+    """Issue 26's workload, small: every job charged exactly its calls, none twice."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "peers.py"), "--slow", "3", "--slow-calls", "2",
+         "--slow-latency", "0.2", "--peers", "revise"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT),
+                       "REVISE_BENCH_REDIS_URL": redis_url},
+        capture_output=True, text=True, timeout=280)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "N jobs x 2 sequential image calls, each answered after 0.2 s" in done.stdout
+    assert re.search(r"^\| 3 \| revise \| \d+\.\dx \| [1-6] \| 6 / 6 \| 0 \| \d+ MB \| \d+ MB \|$",
+                     done.stdout, re.MULTILINE), done.stdout
