@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from broker import png
 from broker.artifacts import DEFAULT_MAX_BYTES, ArtifactRef, ArtifactStore, ArtifactTooLarge
 from broker.catalog import Capability
+from broker.content_encoding import ACCEPT_ENCODING, BoundedDecoder, EncodingError
 from broker.errors import CapabilityError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
@@ -148,25 +149,36 @@ class _OpenAIAdapter(ABC):
             failed = response.status_code >= 400
             limit = _ERROR_BODY_BYTES if failed else self.answer_bytes
             body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                over, late = len(body) > limit, time.monotonic() > until
-                if failed and (over or late):  # the status says it all: keep what came
-                    del body[limit:]
-                    break
-                if over:
-                    raise _bad_response(
-                        capability, call, f"the answer is over {limit} bytes, more than "
-                        f"the largest artifact ({self._largest_artifact} bytes, "
-                        "REVISE_ARTIFACT_MAX_BYTES) takes in base64")
-                if late:
-                    raise provider_error(
-                        capability, call, f"{capability.name}: the provider's answer was "
-                        f"still arriving after {timeout:g}s; the provider may have "
-                        "completed the request (and charged for it)", status=None,
-                        provider_code="timeout", retryable=True)
-            return _Answer(response.status_code, response.headers, bytes(body),
+            try:
+                decoder = BoundedDecoder(response.headers.get("content-encoding"), limit)
+                for chunk in response.iter_raw():
+                    body += decoder.decode(chunk)
+                    over, late = len(body) > limit, time.monotonic() > until
+                    if failed and (over or late):  # the status says it all: keep what came
+                        break
+                    if over:
+                        raise self._too_large(capability, call, limit)
+                    if late:
+                        raise provider_error(
+                            capability, call, f"{capability.name}: the provider's answer was "
+                            f"still arriving after {timeout:g}s; the provider may have "
+                            "completed the request (and charged for it)", status=None,
+                            provider_code="timeout", retryable=True)
+                else:
+                    body += decoder.finish()
+            except EncodingError as exc:
+                if not failed:
+                    raise _bad_response(capability, call, str(exc)) from None
+            if len(body) > limit and not failed:
+                raise self._too_large(capability, call, limit)
+            return _Answer(response.status_code, response.headers, bytes(body[:limit]),
                            response.reason_phrase)
+
+    def _too_large(self, capability: Capability, call: CallContext, limit: int
+                   ) -> CapabilityError:
+        return _bad_response(capability, call, f"the answer is over {limit} bytes, more "
+                             f"than the largest artifact ({self._largest_artifact} bytes, "
+                             "REVISE_ARTIFACT_MAX_BYTES) takes in base64")
 
     @property
     def _largest_artifact(self) -> int:
@@ -179,7 +191,7 @@ class _OpenAIAdapter(ABC):
         return 4 * math.ceil(self._largest_artifact / 3) + _ANSWER_SLACK_BYTES
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING}
         if self._key is not None:
             headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
         return headers

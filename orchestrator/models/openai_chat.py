@@ -27,6 +27,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
+from broker.content_encoding import ACCEPT_ENCODING, BoundedDecoder, EncodingError
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.retry_after import retry_after_seconds
@@ -163,6 +164,8 @@ class OpenAIChatBackend:
             return _Transient("connect", f"could not connect ({type(exc).__name__})")
         except httpx.TransportError as exc:
             return _Transient("dropped", f"the connection broke ({type(exc).__name__})")
+        except EncodingError as exc:
+            return _Transient("malformed", f"an answer that could not be read: {exc}")
         if status < 400:
             return self._content(status, headers, raw)
         if status not in RETRY_STATUSES:
@@ -177,17 +180,21 @@ class OpenAIChatBackend:
         limits = httpx.Timeout(timeout, connect=min(timeout, 10.0))
         with self._client.stream("POST", url, json=body, headers=self._headers(purpose),
                                  timeout=limits) as response:
-            chunks: list[bytes] = []
-            size = 0
-            for chunk in response.iter_bytes():
-                chunks.append(chunk)
-                size += len(chunk)
-                if self._clock() > until or size > _MAX_ANSWER_BYTES:
+            decoder = BoundedDecoder(response.headers.get("content-encoding"),
+                                     _MAX_ANSWER_BYTES)
+            answer = bytearray()
+            for chunk in response.iter_raw():
+                answer += decoder.decode(chunk)
+                if self._clock() > until or len(answer) > _MAX_ANSWER_BYTES:
                     raise _Overran
-            return response.status_code, response.headers, b"".join(chunks)
+            answer += decoder.finish()
+            if len(answer) > _MAX_ANSWER_BYTES:
+                raise _Overran
+            return response.status_code, response.headers, bytes(answer)
 
     def _headers(self, purpose: str) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", "X-Revise-Purpose": purpose}
+        headers = {"Content-Type": "application/json", "X-Revise-Purpose": purpose,
+                   "Accept-Encoding": ACCEPT_ENCODING}
         if self._key is not None and self._key.get_secret_value():
             headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
         return headers

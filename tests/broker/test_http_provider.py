@@ -2,8 +2,10 @@
 
 import base64
 import email.utils
+import gzip
 import json
 import time
+import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -214,6 +216,45 @@ def test_an_answer_larger_than_any_artifact_is_cut_off(server):
     assert err.provider_code == "bad_response"  # answered: it may have been charged
     assert f"over {provider.answer_bytes} bytes" in err.message
     assert "REVISE_ARTIFACT_MAX_BYTES" in err.message
+
+
+def _encoded(coding: str, squeeze: Any, then: Any) -> Any:
+    """``then``'s answer, sent with Content-Encoding ``coding`` (``squeeze``: its bytes)."""
+    def behave(request, server):
+        reply = then(request, server)
+        raw = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+        return Reply(reply.status, None, raw=squeeze(raw),
+                     headers={**reply.headers, "Content-Encoding": coding})
+    return behave
+
+
+def test_a_compressed_answer_is_read_and_only_encodings_asked_for_are(server, images):
+    server.queue(IMAGES, _encoded("gzip", gzip.compress, ok_image()))
+    assert images.execute(IMAGE, {"prompt": "fox"}, ctx()).result["artifact"]["bytes"] > 0
+    assert server.requests[-1].headers["accept-encoding"] == "gzip, deflate"
+    server.queue(IMAGES, _encoded("br", lambda raw: raw, ok_image()))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "bad_response" and "'br' is not one asked for" in err.message
+    server.queue(IMAGES, _encoded("gzip", lambda raw: raw, error(503, "upstream down")))
+    assert _error(images.execute, IMAGE, {"prompt": "fox"}, ctx()).status == 503
+
+
+def test_a_compression_bomb_is_never_inflated_past_the_answer_limit(server):
+    """256 MiB of zeros in 250 KiB of gzip: httpx inflated each 64 KiB network chunk
+    whole (64 MiB at once) before the size was counted; now no more than the limit."""
+    bomb = gzip.compress(b"\0" * (256 << 20), 9)
+    server.queue(IMAGES, lambda request, server: Reply(
+        200, None, raw=bomb, headers={"Content-Encoding": "gzip"}))
+    with images_at(server.base_url, MemoryArtifactStore(max_bytes=3000)) as provider:
+        tracemalloc.start()
+        try:
+            err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert err.provider_code == "bad_response"  # answered: it may have been charged
+    assert f"over {provider.answer_bytes} bytes" in err.message
+    assert peak < 8 * provider.answer_bytes, peak  # about 1 MiB; it was over 64 MiB
 
 
 def test_an_image_over_the_artifact_limit_is_a_bad_response(server):

@@ -1,0 +1,60 @@
+"""An answer's Content-Encoding undone within a bound: a bomb never inflates past it."""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+
+import pytest
+
+from broker.content_encoding import BoundedDecoder, EncodingError
+
+TEXT = b'{"data": [{"b64_json": "iVBORw0KGgo="}]}' * 50
+
+
+def _chunks(data: bytes, size: int = 1000) -> list[bytes]:
+    return [data[i:i + size] for i in range(0, len(data), size)]
+
+
+def _decoded(encoding: str | None, data: bytes, limit: int = 1 << 20) -> bytes:
+    decoder = BoundedDecoder(encoding, limit)
+    return b"".join(decoder.decode(c) for c in _chunks(data)) + decoder.finish()
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    squeeze = zlib.compressobj(9, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return squeeze.compress(data) + squeeze.flush()
+
+
+@pytest.mark.parametrize("encoding, data", [
+    (None, TEXT), ("identity", TEXT), ("gzip", gzip.compress(TEXT)),
+    ("x-gzip", gzip.compress(TEXT)), ("GZIP", gzip.compress(TEXT)),
+    ("deflate", zlib.compress(TEXT)), ("deflate", _raw_deflate(TEXT)),  # both are sent
+])
+def test_the_encodings_asked_for_decode(encoding: str | None, data: bytes) -> None:
+    assert _decoded(encoding, data) == TEXT
+
+
+@pytest.mark.parametrize("encoding", [None, "gzip", "deflate"])
+def test_never_more_than_one_byte_past_the_limit(encoding: str | None) -> None:
+    zeros = b"\0" * (64 << 20)
+    data = {None: zeros, "gzip": gzip.compress(zeros), "deflate": zlib.compress(zeros)}
+    decoder = BoundedDecoder(encoding, 1000)
+    pieces = [decoder.decode(c) for c in _chunks(data[encoding], 1 << 16)]
+    pieces.append(decoder.finish())
+    assert sum(map(len, pieces)) == 1001  # the reader sees it is over, and no more came
+
+
+@pytest.mark.parametrize("encoding", ["br", "zstd", "compress", "gzip, gzip", "gzip, br"])
+def test_an_encoding_not_asked_for_is_refused(encoding: str) -> None:
+    with pytest.raises(EncodingError, match="not one asked for"):
+        BoundedDecoder(encoding, 1000)
+
+
+@pytest.mark.parametrize("encoding, data", [
+    ("gzip", b"not gzip at all"), ("gzip", gzip.compress(TEXT)[:10] + b"\xff" * 40),
+    ("deflate", b"\xff\xfe not deflate"),
+])
+def test_a_broken_stream_is_refused(encoding: str, data: bytes) -> None:
+    with pytest.raises(EncodingError, match="stream is broken"):
+        _decoded(encoding, data)
