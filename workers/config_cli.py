@@ -101,7 +101,10 @@ def _role_problems(instances: dict[str, Any]) -> list[str]:
 
 
 def _table(c: Console, rows: list[dict[str, Any]], problems: list[str]) -> None:
-    table = render.Table("variable", "value", "from")
+    table = render.Table()
+    table.add_column("variable", no_wrap=True)  # the name an operator copies: never cut
+    table.add_column("value", overflow="fold")
+    table.add_column("from", no_wrap=True)
     for row in rows:
         value = "" if row["value"] is None else str(row["value"])
         table.add_row(row["variable"], render.escape(value),

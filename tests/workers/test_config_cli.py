@@ -41,8 +41,14 @@ def test_revise_config_shows_every_setting_masked_with_its_source(tmp_path: Path
         "variable": "REVISE_LEDGER_POLICY", "value": "auto", "source": "default"}
     assert set(rows) >= {f"REVISE_{f.upper()}" for f in Settings.model_fields}
     assert data["problems"] == []
-    human = _revise("config", tmp_path=tmp_path, env={"REVISE_SANDBOX": "process"})
+    human = _revise("config", tmp_path=tmp_path, env={"REVISE_SANDBOX": "process",
+                                                      "COLUMNS": "80"})
     assert re.search(r"REVISE_SANDBOX\s.*process\s.*env", human.stdout), human.stdout
+    # At 80 columns every name is whole (they were cut: REVISE_PROVIDER_HONOURS_IDEMPO…),
+    # the values fold.
+    assert max(map(len, human.stdout.splitlines())) <= 80
+    names = set(re.findall(r"│ (REVISE_\w+)", human.stdout))
+    assert names == {row["variable"] for row in data["settings"]}, human.stdout
 
 
 def test_revise_config_check_is_one_line_per_problem(tmp_path: Path) -> None:
