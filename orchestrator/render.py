@@ -53,7 +53,11 @@ def check_report(c: Console, report: CheckReport) -> None:
 
 
 def sites(c: Console, items: list[Site]) -> None:
-    table = Table("site", "capability", "line", "fingerprint")
+    table = Table()
+    for header in ("site", "capability"):
+        table.add_column(header, overflow="fold")  # never cut: two sites may differ at the end
+    for header in ("line", "fingerprint"):
+        table.add_column(header, no_wrap=True)
     for s in items:
         table.add_row(s.site, s.capability, str(s.line), s.fingerprint[:12])
     c.print(table)
@@ -91,7 +95,10 @@ def run_report(c: Console, report: dict[str, Any]) -> None:
     for r in report["gate"].get("relocations", []):
         c.print(f"  gate: {escape(relocation_line(r))}")
     if report["identities"]:
-        table = Table("identity", "capability", "outcome")
+        table = Table()
+        for header in ("identity", "capability"):
+            table.add_column(header, overflow="fold")  # fanout identities differ at the end
+        table.add_column("outcome", no_wrap=True)
         for ident in report["identities"]:
             path = ".".join(map(str, ident["path"]))
             style = _OUTCOME_STYLE.get(ident["outcome"], "white")

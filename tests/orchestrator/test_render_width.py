@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 from rich.console import Console
 
 from broker.records import RunRecord, RunStatus
+from broker.syntax import parse_python
 from orchestrator import render
+from orchestrator.sites import assign_sites
 
 WIDTH = 80
 # Identities as a fanout makes them: alike up to the path element and the occurrence.
@@ -71,3 +73,33 @@ def test_runs_keeps_run_ids_whole_and_details_on_one_line() -> None:
     assert _column(text, 0).removeprefix("run") == "".join(ids)
     body = [line for line in lines if line.startswith("│")][1:]
     assert len(body) <= 2 * len(ids), "a detail wrapped over several lines"
+
+
+def test_a_run_report_and_the_sites_keep_every_identity_whole() -> None:
+    """They were cut with an ellipsis: a fanout's identities, alike up to the path, read
+    as one row repeated."""
+    report = {"run_id": "shots", "revision": 1, "status": "succeeded", "result": None,
+              "calls": {"executed": 6, "succeeded": 6, "failed": 0, "replayed": 0,
+                        "denied": 0},
+              "gate": {}, "error": None, "certificate": None,
+              "identities": [{"site": i.split("@")[0], "path": [i.split("@")[1][0]],
+                              "occurrence": int(i[-1]), "capability": "image.generate",
+                              "outcome": "executed"} for i in IDENTITIES]}
+    console = _console()
+    render.run_report(console, report)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    shown = _column(text, 0).removeprefix("identity")
+    assert shown == "".join(f"{i.split('@')[0]}@{i.split('@')[1][0]}:{i[-1]}"
+                            for i in IDENTITIES)
+    helpers = [f"generate_all_the_product_shots_for_the_catalogue_{n}" for n in range(3)]
+    script = "async def orchestrate(ctx, args):\n" + "".join(
+        f"    async def {h}():\n        return await ctx.run('image.generate', {{}})\n"
+        for h in helpers) + "".join(f"    await {h}()\n" for h in helpers)
+    sites = assign_sites(parse_python(script))
+    assert len(sites) == 3
+    console = _console()
+    render.sites(console, sites)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= WIDTH
+    assert _column(text, 0).removeprefix("site") == "".join(s.site for s in sites)
