@@ -448,6 +448,21 @@ def _json_object(reply: str) -> dict[str, Any] | None:
     return _json_body(text[start:end + 1])
 
 
+def chat_reply_text(content: Any) -> str:
+    """A chat message's content as text: a string as it is; a list of content parts (as
+    OpenAI-compatible servers may send) their text joined; none (a refusal, tool calls)
+    empty; anything else its JSON, never a Python repr. The model client reads replies
+    with it too."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return ""
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content
+                       if isinstance(part, dict) and isinstance(part.get("text"), str))
+    return json.dumps(content, sort_keys=True)
+
+
 Shaper = Callable[[str, dict], dict[str, Any] | None]
 _SHAPERS: dict[str, Shaper] = {"text.generate": lambda reply, _p: {"text": reply},
                                "storyboard.plan": _parse_storyboard,
@@ -489,7 +504,7 @@ class OpenAIChatProvider(_OpenAIAdapter):
         except (KeyError, IndexError, TypeError):
             raise _bad_response(capability, call,
                                 "expected choices[0].message.content") from None
-        result = shaper(str(reply or ""), payload)
+        result = shaper(chat_reply_text(reply), payload)
         if result is None:
             raise _bad_response(capability, call, f"could not read a {capability.name} "
                                 "result from the model's reply")

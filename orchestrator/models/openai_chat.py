@@ -30,6 +30,7 @@ from pydantic import SecretStr
 from broker.content_encoding import ACCEPT_ENCODING, BoundedDecoder, EncodingError
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
+from broker.providers.http import chat_reply_text
 from broker.retry_after import retry_after_seconds
 from broker.settings import Settings
 from orchestrator.models.base import Message, ModelEndpointError
@@ -225,11 +226,9 @@ class OpenAIChatBackend:
         except (KeyError, IndexError, TypeError):
             return _Transient("malformed", "a malformed answer: JSON without "
                               "choices[0].message")
-        content = message.get("content") if isinstance(message, dict) else None
-        if isinstance(content, list):  # content parts (some proxies)
-            content = "".join(p["text"] for p in content
-                              if isinstance(p, dict) and isinstance(p.get("text"), str))
-        if not isinstance(content, str) or not content.strip():
+        content = chat_reply_text(message.get("content") if isinstance(message, dict)
+                                  else None)
+        if not content.strip():
             finish = choice.get("finish_reason") if isinstance(choice, dict) else None
             raise ModelEndpointError(
                 f"model {self.model} returned an empty answer (finish_reason {finish!r}); "

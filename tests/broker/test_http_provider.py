@@ -389,6 +389,19 @@ def test_text_generate(server, chat):
     assert request.headers["idempotency-key"] == ctx().idempotency_key
 
 
+@pytest.mark.parametrize("content, text", [
+    ([{"type": "text", "text": "Hello "}, {"type": "image_url", "image_url": {}},
+      {"type": "text", "text": "there."}], "Hello there."),
+    (None, ""), ({"a": 1}, '{"a": 1}'), (7, "7")])
+def test_a_reply_in_content_parts_is_its_text(server, chat, content, text):
+    """Content parts (some OpenAI-compatible servers) were committed as their Python repr,
+    "[{'type': 'text', ...}]": the script got that as its paid text."""
+    server.queue(CHAT, lambda request, server: Reply(
+        200, {"choices": [{"message": {"role": "assistant", "content": content}}]}))
+    assert chat.execute(lookup("text.generate"), {"prompt": "x"}, ctx()).result == \
+        {"text": text}
+
+
 def test_storyboard_plan_parses_json_and_lists(server, chat):
     cap = lookup("storyboard.plan")
     server.queue(CHAT, ok_chat('```json\n{"shots": ["wide", "close", "extra"]}\n```'),
