@@ -332,8 +332,16 @@ def _media_type(data: bytes) -> str:
     return "application/octet-stream"
 
 
+def _answers_in_base64(model: str) -> bool:
+    """GPT image models (``gpt-image-1``, ``openai/gpt-image-1`` through a router) always
+    answer in base64, and api.openai.com refuses ``response_format`` for them; DALL-E and
+    most other servers answer with a URL unless asked for base64."""
+    return model.rsplit("/", 1)[-1].lower().startswith("gpt-image")
+
+
 class OpenAIImagesProvider(_OpenAIAdapter):
-    """``POST {base_url}/images/generations`` with ``response_format=b64_json``."""
+    """``POST {base_url}/images/generations``, asking for the image in base64
+    (``response_format=b64_json``) where the model needs asking."""
 
     def execute(self, capability: Capability, payload: dict,
                 call: CallContext) -> ProviderResult:
@@ -343,7 +351,9 @@ class OpenAIImagesProvider(_OpenAIAdapter):
         model = payload.get("model", "local-image-1")
         body = {"model": self._model(model),
                 "prompt": f"{prompt}\nStyle: {style}" if style else prompt,
-                "size": size, "n": 1, "response_format": "b64_json"}
+                "size": size, "n": 1}
+        if not _answers_in_base64(body["model"]):
+            body["response_format"] = "b64_json"
         data = self._post(capability, call, "/images/generations", body)
         return self._answer(capability, payload, call, data)
 

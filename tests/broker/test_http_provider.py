@@ -116,6 +116,17 @@ def test_image_ok_stores_decoded_png(server, images, store):
     assert FAKE_API_KEY not in json.dumps(out.result)
 
 
+@pytest.mark.parametrize("model, asks", [
+    ("gpt-image-1", False), ("openai/gpt-image-1", False), ("GPT-Image-1-mini", False),
+    ("dall-e-3", True), ("local-image-1", True)])
+def test_base64_is_asked_for_only_where_the_model_needs_asking(server, images, model, asks):
+    """The fake refuses response_format for GPT image models, as api.openai.com does: every
+    image call to them was a 400 (free, and nothing drawn)."""
+    out = images.execute(IMAGE, {"prompt": "fox", "model": model}, ctx())
+    assert out.result["model"] == model
+    assert ("response_format" in server.requests[-1].body) is asks
+
+
 def test_each_request_carries_the_key_the_broker_gave_it(server, images):
     server.queue(IMAGES, error(500))
     with pytest.raises(CapabilityError) as caught:

@@ -274,6 +274,10 @@ def _default_images(request: RecordedRequest, server: FakeOpenAIServer) -> Reply
         return unknown_model()(request, server)
     if body.get("size") not in SUPPORTED_SIZES:
         return invalid_size()(request, server)
+    if "response_format" in body and str(body.get("model", "")).startswith("gpt-image"):
+        # api.openai.com: GPT image models always answer in base64 and refuse the field
+        return error(400, "Unknown parameter: 'response_format'.",
+                     param="response_format")(request, server)
     if not str(body.get("prompt", "")).strip():
         return error(400, "prompt must not be empty", param="prompt")(request, server)
     return ok_image()(request, server)
