@@ -486,6 +486,16 @@ def _unsupported(capability: Capability, call: CallContext) -> None:
                              provider_code="unsupported_capability")
 
 
+_REASONING_MODELS = re.compile(r"o\d|gpt-(?:[5-9]|\d\d)")
+
+
+def reasoning_model(model: str) -> bool:
+    """OpenAI's reasoning models (o1, o3-mini, gpt-5, gpt-5.4; ``openai/gpt-5`` through a
+    router) refuse ``max_tokens`` (they take ``max_completion_tokens``, which older
+    servers do not know) and any temperature but the default."""
+    return bool(_REASONING_MODELS.match(model.rsplit("/", 1)[-1].lower()))
+
+
 class OpenAIChatProvider(_OpenAIAdapter):
     """``POST {base_url}/chat/completions`` for text, storyboard and review capabilities."""
 
@@ -501,7 +511,8 @@ class OpenAIChatProvider(_OpenAIAdapter):
         body: dict[str, Any] = {"model": self._model(payload.get("model", "local-text-1")),
                                 "messages": messages}
         if "max_tokens" in payload:
-            body["max_tokens"] = payload["max_tokens"]
+            cap = "max_completion_tokens" if reasoning_model(body["model"]) else "max_tokens"
+            body[cap] = payload["max_tokens"]
         data = self._post(capability, call, "/chat/completions", body)
         return self._answer(capability, payload, call, data)
 

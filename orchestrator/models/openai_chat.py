@@ -30,7 +30,7 @@ from pydantic import SecretStr
 from broker.content_encoding import ACCEPT_ENCODING, BoundedDecoder, EncodingError
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
-from broker.providers.http import chat_reply_text
+from broker.providers.http import chat_reply_text, reasoning_model
 from broker.retry_after import retry_after_seconds
 from broker.settings import Settings
 from orchestrator.models.base import Message, ModelEndpointError
@@ -78,6 +78,7 @@ class OpenAIChatBackend:
         self.deadline = deadline
         self.temperature = temperature
         self.max_tokens = max_tokens
+        self._refused: set[str] = set()  # parameters the endpoint refused for this model
         self._sleep = sleep
         self._clock = clock
         self._client = client or httpx.Client()
@@ -112,12 +113,36 @@ class OpenAIChatBackend:
 
     # ---- the call -----------------------------------------------------------------------
 
-    def complete(self, messages: list[Message], *, purpose: str) -> str:
+    def _body(self, messages: list[Message]) -> dict[str, Any]:
+        """The request, without what this model refuses: a reasoning model (or one that
+        refused it once) gets no temperature and its token cap as
+        ``max_completion_tokens``."""
         body: dict[str, Any] = {"model": self.model, "messages": messages}
-        if self.temperature is not None:
+        reasoning = reasoning_model(self.model)
+        if self.temperature is not None and not reasoning and \
+                "temperature" not in self._refused:
             body["temperature"] = self.temperature
         if self.max_tokens is not None:
-            body["max_tokens"] = self.max_tokens
+            renamed = reasoning or "max_tokens" in self._refused
+            body["max_completion_tokens" if renamed else "max_tokens"] = self.max_tokens
+        return body
+
+    def _adapted(self, status: int, raw: bytes) -> bool:
+        """A 400 that names a parameter this model refuses (``temperature``,
+        ``max_tokens``: OpenAI's reasoning models) is asked again without it, once."""
+        if status != 400:
+            return False
+        try:
+            param = parse_foreign_json(raw)["error"]["param"]
+        except (ValueError, RecursionError, KeyError, TypeError):
+            return False
+        if param not in ("temperature", "max_tokens") or param in self._refused:
+            return False
+        self._refused.add(param)
+        self._notice(f"model {self.model} refuses {param}; asking without it")
+        return True
+
+    def complete(self, messages: list[Message], *, purpose: str) -> str:
         url = f"{self.base_url}/chat/completions"
         started = self._clock()
         last = _Transient("timeout", "no request was made")
@@ -129,7 +154,7 @@ class OpenAIChatBackend:
             tries += 1
             if attempt:
                 self._notice(f"retry {attempt}/{self.max_retries} after {last.reason}")
-            outcome = self._attempt(url, body, purpose, min(self.timeout, left))
+            outcome = self._attempt(url, messages, purpose, min(self.timeout, left))
             if isinstance(outcome, str):
                 return outcome
             last = outcome
@@ -155,10 +180,13 @@ class OpenAIChatBackend:
         if self.on_notice is not None:
             self.on_notice(text)
 
-    def _attempt(self, url: str, body: dict[str, Any], purpose: str, timeout: float
+    def _attempt(self, url: str, messages: list[Message], purpose: str, timeout: float
                  ) -> str | _Transient:
         try:
-            status, headers, raw = self._post(url, body, purpose, timeout)
+            status, headers, raw = self._post(url, self._body(messages), purpose, timeout)
+            while self._adapted(status, raw):
+                status, headers, raw = self._post(url, self._body(messages), purpose,
+                                                  timeout)
         except (httpx.TimeoutException, _Overran):
             return _Transient("timeout", f"no answer within {timeout:g} s")
         except httpx.ConnectError as exc:

@@ -413,6 +413,19 @@ def test_a_reply_in_content_parts_is_its_text(server, chat, content, text):
         {"text": text}
 
 
+@pytest.mark.parametrize("model, cap", [
+    ("gpt-5", "max_completion_tokens"), ("openai/o3-mini", "max_completion_tokens"),
+    ("gpt-5.4-mini", "max_completion_tokens"), ("gpt-4o", "max_tokens"),
+    ("local-text-1", "max_tokens")])
+def test_the_token_cap_goes_in_the_field_the_model_takes(server, chat, model, cap):
+    """The fake refuses max_tokens for reasoning models, as api.openai.com does: every
+    text call to gpt-5 was a 400."""
+    out = chat.execute(lookup("text.generate"), {"prompt": "x", "model": model,
+                                                 "max_tokens": 256}, ctx())
+    assert out.result["text"].startswith("echo:")
+    assert server.requests[-1].body[cap] == 256
+
+
 def test_storyboard_plan_parses_json_and_lists(server, chat):
     cap = lookup("storyboard.plan")
     server.queue(CHAT, ok_chat('```json\n{"shots": ["wide", "close", "extra"]}\n```'),

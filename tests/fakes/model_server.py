@@ -27,6 +27,7 @@ from tests.fakes.openai_server import (
     Reply,
     error,
     ok_chat,
+    refused_parameter,
 )
 
 __all__ = ["FAKE_API_KEY", "ModelServer"]
@@ -54,6 +55,9 @@ class ModelServer(FakeOpenAIServer):
         return self._next_candidate
 
     def _next_candidate(self, request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        refused = refused_parameter(request, server)
+        if refused is not None:
+            return refused
         with self._candidate_lock:
             if not self._candidates:
                 return error(400, "the scripted model has no candidate left")(request, server)

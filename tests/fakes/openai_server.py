@@ -283,11 +283,31 @@ def _default_images(request: RecordedRequest, server: FakeOpenAIServer) -> Reply
     return ok_image()(request, server)
 
 
+REASONING_MODELS = ("o1", "o3", "o4", "gpt-5")
+
+
+def refused_parameter(request: RecordedRequest, server: FakeOpenAIServer) -> Reply | None:
+    """The 400 api.openai.com gives a reasoning model's chat request that carries
+    ``max_tokens`` or a temperature other than 1; None for any other request."""
+    body = request.body if isinstance(request.body, dict) else {}
+    if not str(body.get("model", "")).startswith(REASONING_MODELS):
+        return None
+    if "max_tokens" in body:
+        return error(400, "Unsupported parameter: 'max_tokens' is not supported with this "
+                     "model. Use 'max_completion_tokens' instead.",
+                     param="max_tokens")(request, server)
+    if body.get("temperature", 1) != 1:
+        return error(400, f"Unsupported value: 'temperature' does not support "
+                     f"{body['temperature']} with this model. Only the default (1) value "
+                     "is supported.", param="temperature")(request, server)
+    return None
+
+
 def _default_chat(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
     body = request.body if isinstance(request.body, dict) else {}
     if str(body.get("model", "")).startswith(UNKNOWN_MODEL_PREFIX):
         return unknown_model()(request, server)
-    return ok_chat()(request, server)
+    return refused_parameter(request, server) or ok_chat()(request, server)
 
 
 def _free(reply: Reply) -> Reply:

@@ -157,7 +157,7 @@ def test_http_backend_from_settings() -> None:
 # ---- OpenAIChatBackend over real HTTP ------------------------------------------------------------
 
 def _backend(server: ModelServer, sleeps: list[float], **kwargs) -> OpenAIChatBackend:
-    return OpenAIChatBackend(base_url=server.base_url, model="fake-coder",
+    return OpenAIChatBackend(base_url=server.base_url, model=kwargs.pop("model", "fake-coder"),
                              api_key=kwargs.pop("api_key", FAKE_API_KEY), sleep=sleeps.append,
                              **kwargs)
 
@@ -268,6 +268,25 @@ def test_a_compressed_answer_is_read_and_a_broken_one_retried() -> None:
         server.queue(CHAT, *[_gzipped(lambda raw: b"\x1f\x8b not gzip")] * 2)
         with pytest.raises(ReviseError, match=r"gzip stream is broken.* after 2 attempts"):
             _backend(server, [], max_retries=1).complete(MESSAGES, purpose="repair")
+
+
+def test_a_reasoning_model_is_asked_without_what_it_refuses() -> None:
+    """OpenAI's reasoning models refuse temperature 0 and max_tokens with a 400; the client
+    sent both, so `revise repair` could not use gpt-5 at all (a 400 read as 'the prompt may
+    be too long'). A known one is asked without them; another that refuses one in its 400
+    is asked again without it, once, and from then on."""
+    with ModelServer([SCRIPT, SCRIPT, SCRIPT]) as server:
+        gpt5 = _backend(server, [], model="gpt-5", max_tokens=900)
+        assert gpt5.complete(MESSAGES, purpose="repair") == SCRIPT
+        assert "temperature" not in server.bodies()[-1]
+        assert server.bodies()[-1]["max_completion_tokens"] == 900
+        other = _backend(server, [], model="house-reasoner", max_tokens=900)
+        server.queue(CHAT, error(400, "Unsupported value: 'temperature'", param="temperature"))
+        assert other.complete(MESSAGES, purpose="repair") == SCRIPT
+        assert other.complete(MESSAGES, purpose="repair") == SCRIPT
+        sent = server.bodies()[-3:]
+        assert [("temperature" in b, "max_tokens" in b) for b in sent] == [
+            (True, True), (False, True), (False, True)]
 
 
 def test_timeout_is_retried() -> None:
