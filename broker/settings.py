@@ -142,8 +142,10 @@ class Settings(CheckedSettings):
     provider_base_url: str | None = None
     provider_api_key: SecretStr | None = None
     provider_timeout_seconds: float = Field(
-        default=60.0, gt=0, description="one provider request at most this long, from "
-        "connect to the answer's last byte; an answer cut off may have been charged")
+        default=180.0, gt=0, description="one provider request at most this long, from "
+        "connect to the answer's last byte; an answer cut off may have been charged (an "
+        "image model at high quality often takes over a minute: a shorter limit makes paid "
+        "calls uncertain)")
     provider_concurrency: int | None = Field(
         default=None, ge=1, description="most requests one process sends to one provider "
         "kind (images, text) at once; the others wait their turn before their request leaves "

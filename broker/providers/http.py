@@ -67,7 +67,7 @@ class _OpenAIAdapter(ABC):
     sends_idempotency_key = True
 
     def __init__(self, *, base_url: str, api_key: SecretStr | str | None,
-                 artifacts: ArtifactStore, timeout: float = 60.0,
+                 artifacts: ArtifactStore, timeout: float = 180.0,
                  client: httpx.Client | None = None,
                  models: Mapping[str, str] | None = None,
                  lookup_path: str | None = None) -> None:
