@@ -55,6 +55,19 @@ def test_unknown_model_404_then_repair_outside_the_call(make_harness, server) ->
     assert all(key.startswith("revise-") for key in _keys(server))
 
 
+def test_openai_models_are_asked_in_the_fields_they_take(make_harness, server) -> None:
+    """The fake refuses as api.openai.com does: response_format for a GPT image model,
+    max_tokens for a reasoning model. Both calls were refused (400) before."""
+    harness = http_harness(make_harness, server)
+    report = harness.run("http_openai_models")
+    assert report["status"] == "succeeded", report["error"]
+    assert report["calls"]["executed"] == 2 and report["calls"]["failed"] == 0
+    image, text = (r.body for r in server.requests)
+    assert image["model"] == "gpt-image-1" and "response_format" not in image
+    assert text["model"] == "gpt-5" and text["max_completion_tokens"] == 256
+    assert "max_tokens" not in text
+
+
 def test_forbidden_403_then_retry_executes_the_failed_identity_once(make_harness,
                                                                     server) -> None:
     harness = http_harness(make_harness, server)
