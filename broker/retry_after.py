@@ -1,8 +1,10 @@
-"""A ``Retry-After`` header (RFC 9110, 10.2.3): delta-seconds or an HTTP date (pure)."""
+"""The wait a rate-limited answer asks for (pure): ``Retry-After`` (RFC 9110, 10.2.3:
+delta-seconds or an HTTP date), or OpenAI's ``retry-after-ms`` before it."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 
@@ -28,3 +30,16 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
     if not math.isfinite(seconds) or not 0 <= seconds <= LONGEST_SECONDS:
         return None
     return seconds
+
+
+def wait_asked(headers: Mapping[str, str], now: float) -> float | None:
+    """Seconds an answer's headers ask to wait (names lower-cased, as httpx gives them):
+    ``retry-after-ms`` (OpenAI's, in milliseconds) before ``retry-after``; None when
+    neither says anything usable."""
+    try:
+        seconds = float(headers.get("retry-after-ms") or "nan") / 1000
+    except ValueError:
+        seconds = math.nan
+    if math.isfinite(seconds) and 0 <= seconds <= LONGEST_SECONDS:
+        return seconds
+    return retry_after_seconds(headers.get("retry-after"), now)

@@ -40,7 +40,7 @@ from broker.errors import CapabilityError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
 from broker.providers.clients import ClientPool
-from broker.retry_after import retry_after_seconds
+from broker.retry_after import wait_asked
 
 _STATUS_CODES: dict[int, tuple[str, bool]] = {
     400: ("invalid_parameter", False), 401: ("auth", False), 403: ("auth", False),
@@ -240,7 +240,7 @@ class _OpenAIAdapter(ABC):
             # Never echo anything that might contain the credential back to the script.
             detail = "the provider rejected the API key; check REVISE_PROVIDER_API_KEY"
         extra: dict[str, Any] = {"param": param} if param else {}
-        retry_after = _retry_after(answer.headers.get("retry-after"))
+        retry_after = _retry_after(answer.headers)
         if retry_after:
             extra["retry_after"] = retry_after
         return provider_error(
@@ -300,10 +300,11 @@ def _finite_number(value: Any) -> bool:
         and math.isfinite(value)
 
 
-def _retry_after(value: str | None) -> str | None:
-    """Retry-After as whole seconds, rounded up (an HTTP date becomes the seconds until
-    it), so the broker waits at least as long as the provider asked; junk is dropped."""
-    seconds = retry_after_seconds(value, now=time.time())
+def _retry_after(headers: httpx.Headers) -> str | None:
+    """The wait asked for as whole seconds, rounded up (``retry-after-ms``, or an HTTP
+    date, become seconds), so the broker waits at least as long as the provider asked;
+    junk is dropped."""
+    seconds = wait_asked(headers, now=time.time())
     return None if seconds is None else str(math.ceil(seconds))
 
 

@@ -31,7 +31,7 @@ from broker.content_encoding import ACCEPT_ENCODING, BoundedDecoder, EncodingErr
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.http import chat_reply_text, reasoning_model
-from broker.retry_after import retry_after_seconds
+from broker.retry_after import wait_asked
 from broker.settings import Settings
 from orchestrator.models.base import Message, ModelEndpointError
 
@@ -53,7 +53,7 @@ class _Transient:
     kind: str  # http | timeout | connect | dropped | malformed
     reason: str
     status: int | None = None
-    retry_after: str | None = None
+    retry_after: float | None = None  # seconds the endpoint asked to wait
 
 
 class OpenAIChatBackend:
@@ -200,7 +200,7 @@ class OpenAIChatBackend:
         if status not in RETRY_STATUSES:
             raise self._fatal(status, raw)
         return _Transient("http", f"HTTP {status}: {self._message(raw)}", status,
-                          headers.get("retry-after"))
+                          wait_asked(headers, now=time.time()))
 
     def _post(self, url: str, body: dict[str, Any], purpose: str, timeout: float
               ) -> tuple[int, httpx.Headers, bytes]:
@@ -228,10 +228,9 @@ class OpenAIChatBackend:
             headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
         return headers
 
-    def _delay(self, attempt: int, retry_after: str | None) -> float:
-        seconds = retry_after_seconds(retry_after, now=time.time())
-        if seconds is not None:
-            return min(seconds, _MAX_RETRY_AFTER)
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, _MAX_RETRY_AFTER)
         return min(self.backoff * (2 ** attempt), self.max_backoff)
 
     # ---- answers and errors -------------------------------------------------------------

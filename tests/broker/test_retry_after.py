@@ -6,7 +6,7 @@ import email.utils
 
 import pytest
 
-from broker.retry_after import retry_after_seconds
+from broker.retry_after import retry_after_seconds, wait_asked
 
 NOW = 1_800_000_000.0
 
@@ -28,3 +28,16 @@ def test_seconds_and_dates(value: str, seconds: float) -> None:
 ])
 def test_nothing_usable_is_none(value: str | None) -> None:
     assert retry_after_seconds(value, NOW) is None
+
+
+@pytest.mark.parametrize("headers, seconds", [
+    ({"retry-after-ms": "1500", "retry-after": "9"}, 1.5),  # OpenAI's, milliseconds, first
+    ({"retry-after-ms": "junk", "retry-after": "9"}, 9.0),
+    ({"retry-after-ms": "-5", "retry-after": "9"}, 9.0),
+    ({"retry-after-ms": "nan"}, None),
+    ({"retry-after": email.utils.formatdate(NOW + 30, usegmt=True)}, 30.0),
+    ({}, None),
+])
+def test_the_wait_asked_prefers_milliseconds(headers: dict[str, str],
+                                             seconds: float | None) -> None:
+    assert wait_asked(headers, NOW) == (None if seconds is None else pytest.approx(seconds))

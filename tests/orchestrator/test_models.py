@@ -204,9 +204,10 @@ def test_429_is_retried_with_backoff_then_succeeds() -> None:
 def test_retry_after_header_is_honoured() -> None:
     sleeps: list[float] = []
     with ModelServer([SCRIPT]) as server:
-        server.queue(CHAT, error(429, headers={"Retry-After": "7"}))
+        server.queue(CHAT, error(429, headers={"Retry-After": "7"}),
+                     error(429, headers={"Retry-After": "7", "retry-after-ms": "350"}))
         _backend(server, sleeps).complete(MESSAGES, purpose="repair")
-    assert sleeps == [7.0]
+    assert sleeps == [7.0, 0.35]  # OpenAI's milliseconds first
 
 
 def test_a_retry_after_date_is_honoured_and_junk_falls_back_to_the_backoff() -> None:
