@@ -28,7 +28,7 @@ from broker.providers.dryrun import DryRunProvider
 from broker.providers.http import OpenAIChatProvider, OpenAIImagesProvider
 from broker.providers.local import Latency, LocalProvider
 from broker.providers.log import LoggedProvider, ProviderLog
-from broker.settings import Settings
+from broker.settings import Settings, provider_problem
 
 
 class RoutingProvider:
@@ -71,9 +71,9 @@ def build_provider(settings: Settings, artifacts: ArtifactStore, *,
         local = LocalProvider(artifacts, latency=latency if latency is not None else 0.0)
         routes: dict[str, Provider] = {"images": local, "text": local}
     elif kind == "http":
-        if not settings.provider_base_url:
-            raise ConfigError("REVISE_PROVIDER=http needs REVISE_PROVIDER_BASE_URL, e.g. "
-                              "https://api.openai.com/v1")
+        problem = provider_problem(settings)
+        if problem:
+            raise ConfigError(problem)
         common: dict[str, Any] = {"base_url": settings.provider_base_url,
                   "api_key": settings.provider_api_key, "artifacts": artifacts,
                   "timeout": settings.provider_timeout_seconds, "client": client,

@@ -85,6 +85,20 @@ def test_revise_config_check_names_what_a_role_would_refuse(tmp_path: Path) -> N
         "0.0.0.0 without authentication (it can shut workers down); set REVISE_FLOWER_AUTH="
         "user:password (Flower's basic auth; serve it over TLS) or Flower's --auth options, "
         "or keep REVISE_FLOWER_ADDRESS=127.0.0.1"]
+    schemeless = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "api.openai.com/v1"})
+    assert schemeless.stderr.strip().splitlines() == [
+        "error: broker workers would start degraded: REVISE_PROVIDER_BASE_URL="
+        "api.openai.com/v1 is not an http(s) URL; write it with its scheme and API prefix, "
+        "e.g. https://api.openai.com/v1"]
+    embedded = _revise("runs", tmp_path=tmp_path, env={
+        "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "api.openai.com/v1"})
+    assert embedded.returncode == 0  # a command that calls no provider is not refused
+    (tmp_path / "s.py").write_text("async def orchestrate(ctx, args):\n    return 1\n")
+    run = _revise("run", "s.py", "--run-id", "r", tmp_path=tmp_path, env={
+        "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "api.openai.com/v1"})
+    assert run.returncode == 2  # refused before a run exists: it used to fail at its call
+    assert run.stderr.strip().endswith("e.g. https://api.openai.com/v1"), run.stderr
     fixed = _revise("config", "--check", tmp_path=tmp_path, env={
         "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1",
         "REVISE_FLOWER_ADDRESS": "0.0.0.0", "REVISE_FLOWER_AUTH": "ops:s3cret"})
