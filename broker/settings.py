@@ -194,6 +194,18 @@ class Settings(CheckedSettings):
     def _database_url(cls, url: str | None) -> str | None:
         return None if url is None else normalize_database_url(url)
 
+    @field_validator("provider_lookup_path")
+    @classmethod
+    def _names_the_key(cls, path: str | None) -> str | None:
+        """A lookup path without ``{key}`` asks the same address for every call: its answer
+        ("no record", so never charged) would decide calls it is not about."""
+        if not path:
+            return None  # unset (an empty variable too): the provider offers no lookup
+        if not path.startswith("/") or "{key}" not in path:
+            raise ValueError(f"{path!r} must be a path under the base URL that holds {{key}} "
+                             "where the idempotency key goes, e.g. /requests/{key}")
+        return path
+
     @field_validator("home", "sandbox_pin")
     @classmethod
     def _absolute(cls, path: Path) -> Path:

@@ -88,3 +88,16 @@ def test_the_postgres_spelling_reaches_a_real_database(tmp_path: Path, postgres_
     done = _revise("runs", "--json", tmp_path=tmp_path, env={"REVISE_DATABASE_URL": plain})
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"runs": []}
+
+
+@pytest.mark.parametrize("path", ["/requests", "requests/{key}", "/requests/{id}"])
+def test_a_lookup_path_must_hold_the_key(path: str) -> None:
+    """Without {key} every call's lookup asks one address, and its "no record" would
+    decide that calls it is not about were never charged."""
+    with pytest.raises(ConfigError, match=r"REVISE_PROVIDER_LOOKUP_PATH: .*\{key\}"):
+        Settings(provider_lookup_path=path)
+
+
+def test_an_empty_lookup_path_is_none() -> None:
+    assert Settings(provider_lookup_path="").provider_lookup_path is None
+    assert Settings(provider_lookup_path="/r/{key}").provider_lookup_path == "/r/{key}"
