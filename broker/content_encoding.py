@@ -11,6 +11,7 @@ as is a stream that does not inflate.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Iterable
 from typing import Any
 
 ACCEPT_ENCODING = "gzip, deflate"
@@ -18,6 +19,30 @@ ACCEPT_ENCODING = "gzip, deflate"
 
 class EncodingError(ValueError):
     """The answer's Content-Encoding is not one asked for, or its bytes do not decode."""
+
+    partial: bytes = b""  # what was decoded before (``read_decoded``)
+
+
+def read_decoded(chunks: Iterable[bytes], content_encoding: str | None, limit: int,
+                 late: Callable[[], bool]) -> tuple[bytes, str | None]:
+    """An answer's raw ``chunks`` decoded, and why the reading stopped early: ``"over"``
+    (``limit + 1`` bytes are returned), ``"late"`` (``late()`` said so while chunks were
+    still coming), or None (all of it read). A stream that does not decode raises
+    ``EncodingError`` holding what was decoded before (``partial``)."""
+    body = bytearray()
+    try:
+        decoder = BoundedDecoder(content_encoding, limit)
+        for chunk in chunks:
+            body += decoder.decode(chunk)
+            if len(body) > limit:
+                return bytes(body), "over"
+            if late():
+                return bytes(body), "late"
+        body += decoder.finish()
+    except EncodingError as exc:
+        exc.partial = bytes(body)
+        raise
+    return bytes(body), "over" if len(body) > limit else None
 
 
 class BoundedDecoder:

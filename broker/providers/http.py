@@ -35,7 +35,7 @@ from pydantic import SecretStr
 from broker import png
 from broker.artifacts import DEFAULT_MAX_BYTES, ArtifactRef, ArtifactStore, ArtifactTooLarge
 from broker.catalog import Capability
-from broker.content_encoding import ACCEPT_ENCODING, BoundedDecoder, EncodingError
+from broker.content_encoding import ACCEPT_ENCODING, EncodingError, read_decoded
 from broker.errors import CapabilityError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
@@ -148,37 +148,28 @@ class _OpenAIAdapter(ABC):
                 method, f"{self.base_url}{path}", timeout=timeout, **request) as response:
             failed = response.status_code >= 400
             limit = _ERROR_BODY_BYTES if failed else self.answer_bytes
-            body = bytearray()
             try:
-                decoder = BoundedDecoder(response.headers.get("content-encoding"), limit)
-                for chunk in response.iter_raw():
-                    body += decoder.decode(chunk)
-                    over, late = len(body) > limit, time.monotonic() > until
-                    if failed and (over or late):  # the status says it all: keep what came
-                        break
-                    if over:
-                        raise self._too_large(capability, call, limit)
-                    if late:
-                        raise provider_error(
-                            capability, call, f"{capability.name}: the provider's answer was "
-                            f"still arriving after {timeout:g}s; the provider may have "
-                            "completed the request (and charged for it)", status=None,
-                            provider_code="timeout", retryable=True)
-                else:
-                    body += decoder.finish()
+                body, cut = read_decoded(response.iter_raw(),
+                                         response.headers.get("content-encoding"), limit,
+                                         lambda: time.monotonic() > until)
             except EncodingError as exc:
                 if not failed:
                     raise _bad_response(capability, call, str(exc)) from None
-            if len(body) > limit and not failed:
-                raise self._too_large(capability, call, limit)
-            return _Answer(response.status_code, response.headers, bytes(body[:limit]),
+                body, cut = exc.partial, None
+            # An error answer's status says it all: what came of its body is kept.
+            if cut == "over" and not failed:
+                raise _bad_response(capability, call, f"the answer is over {limit} bytes, "
+                                    f"more than the largest artifact "
+                                    f"({self._largest_artifact} bytes, "
+                                    "REVISE_ARTIFACT_MAX_BYTES) takes in base64")
+            if cut == "late" and not failed:
+                raise provider_error(
+                    capability, call, f"{capability.name}: the provider's answer was still "
+                    f"arriving after {timeout:g}s; the provider may have completed the "
+                    "request (and charged for it)", status=None, provider_code="timeout",
+                    retryable=True)
+            return _Answer(response.status_code, response.headers, body[:limit],
                            response.reason_phrase)
-
-    def _too_large(self, capability: Capability, call: CallContext, limit: int
-                   ) -> CapabilityError:
-        return _bad_response(capability, call, f"the answer is over {limit} bytes, more "
-                             f"than the largest artifact ({self._largest_artifact} bytes, "
-                             "REVISE_ARTIFACT_MAX_BYTES) takes in base64")
 
     @property
     def _largest_artifact(self) -> int:

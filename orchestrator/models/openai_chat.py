@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from broker.content_encoding import ACCEPT_ENCODING, BoundedDecoder, EncodingError
+from broker.content_encoding import ACCEPT_ENCODING, EncodingError, read_decoded
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.http import chat_reply_text, reasoning_model
@@ -209,17 +209,12 @@ class OpenAIChatBackend:
         limits = httpx.Timeout(timeout, connect=min(timeout, 10.0))
         with self._client.stream("POST", url, json=body, headers=self._headers(purpose),
                                  timeout=limits) as response:
-            decoder = BoundedDecoder(response.headers.get("content-encoding"),
-                                     _MAX_ANSWER_BYTES)
-            answer = bytearray()
-            for chunk in response.iter_raw():
-                answer += decoder.decode(chunk)
-                if self._clock() > until or len(answer) > _MAX_ANSWER_BYTES:
-                    raise _Overran
-            answer += decoder.finish()
-            if len(answer) > _MAX_ANSWER_BYTES:
+            answer, cut = read_decoded(response.iter_raw(),
+                                       response.headers.get("content-encoding"),
+                                       _MAX_ANSWER_BYTES, lambda: self._clock() > until)
+            if cut is not None:
                 raise _Overran
-            return response.status_code, response.headers, bytes(answer)
+            return response.status_code, response.headers, answer
 
     def _headers(self, purpose: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "X-Revise-Purpose": purpose,

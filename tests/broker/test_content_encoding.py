@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import gzip
+import random
 import zlib
 
 import pytest
 
-from broker.content_encoding import BoundedDecoder, EncodingError
+from broker.content_encoding import BoundedDecoder, EncodingError, read_decoded
 
 TEXT = b'{"data": [{"b64_json": "iVBORw0KGgo="}]}' * 50
 
@@ -58,3 +59,16 @@ def test_an_encoding_not_asked_for_is_refused(encoding: str) -> None:
 def test_a_broken_stream_is_refused(encoding: str, data: bytes) -> None:
     with pytest.raises(EncodingError, match="stream is broken"):
         _decoded(encoding, data)
+
+
+def test_read_decoded_says_why_it_stopped() -> None:
+    chunks = _chunks(gzip.compress(TEXT), 100)
+    assert read_decoded(chunks, "gzip", 1 << 20, lambda: False) == (TEXT, None)
+    body, cut = read_decoded(chunks, "gzip", 50, lambda: False)
+    assert (len(body), cut) == (51, "over")
+    assert read_decoded(_chunks(TEXT), None, 1 << 20, lambda: True) == (TEXT[:1000], "late")
+    noise = random.Random(7).randbytes(20000)  # does not compress: its gzip is as long
+    broken = gzip.compress(noise)[:10000] + b"\xff" * 10000
+    with pytest.raises(EncodingError) as caught:
+        read_decoded(_chunks(broken, 1000), "gzip", 1 << 20, lambda: False)
+    assert caught.value.partial[:9000] == noise[:9000]  # what came before the break
