@@ -27,9 +27,7 @@ def retry_after_seconds(value: str | None, now: float) -> float | None:
         if when.tzinfo is None:  # "-0000": UTC, with nothing said about the sender's zone
             when = when.replace(tzinfo=UTC)
         seconds = max(0.0, when.timestamp() - now)
-    if not math.isfinite(seconds) or not 0 <= seconds <= LONGEST_SECONDS:
-        return None
-    return seconds
+    return _usable(seconds)
 
 
 def wait_asked(headers: Mapping[str, str], now: float) -> float | None:
@@ -37,9 +35,13 @@ def wait_asked(headers: Mapping[str, str], now: float) -> float | None:
     ``retry-after-ms`` (OpenAI's, in milliseconds) before ``retry-after``; None when
     neither says anything usable."""
     try:
-        seconds = float(headers.get("retry-after-ms") or "nan") / 1000
+        seconds = _usable(float(headers.get("retry-after-ms") or "nan") / 1000)
     except ValueError:
-        seconds = math.nan
-    if math.isfinite(seconds) and 0 <= seconds <= LONGEST_SECONDS:
-        return seconds
-    return retry_after_seconds(headers.get("retry-after"), now)
+        seconds = None
+    return retry_after_seconds(headers.get("retry-after"), now) if seconds is None \
+        else seconds
+
+
+def _usable(seconds: float) -> float | None:
+    """``seconds`` when it is a wait: finite, not negative, at most a day."""
+    return seconds if math.isfinite(seconds) and 0 <= seconds <= LONGEST_SECONDS else None

@@ -320,14 +320,13 @@ def env_names(settings_class: type[BaseSettings]) -> list[str]:
 
 def provider_problem(settings: Settings) -> str | None:
     """The broker workers' provider is configured, or the one line that says what is not."""
-    if settings.provider == "http" and not settings.provider_base_url:
+    url = settings.provider_base_url
+    if settings.provider == "http" and not url:
         return ("REVISE_PROVIDER=http needs REVISE_PROVIDER_BASE_URL, e.g. "
                 "https://api.openai.com/v1")
-    if settings.provider == "http" and not str(settings.provider_base_url).startswith(
-            ("http://", "https://")):
-        return (f"REVISE_PROVIDER_BASE_URL={settings.provider_base_url} is not an http(s) "
-                "URL; write it with its scheme and API prefix, e.g. "
-                "https://api.openai.com/v1")
+    if settings.provider == "http" and not url.startswith(("http://", "https://")):
+        return (f"REVISE_PROVIDER_BASE_URL={url} is not an http(s) URL; write it with its "
+                "scheme and API prefix, e.g. https://api.openai.com/v1")
     if settings.provider not in ("local", "http"):
         return f"REVISE_PROVIDER={settings.provider} is not a provider; use local or http"
     return None

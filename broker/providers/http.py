@@ -324,11 +324,16 @@ def _media_type(data: bytes) -> str:
     return "application/octet-stream"
 
 
+def _own_name(model: str) -> str:
+    """The model's own name, past a router's prefix (``openai/gpt-5``), lower-cased."""
+    return model.rsplit("/", 1)[-1].lower()
+
+
 def _answers_in_base64(model: str) -> bool:
     """GPT image models (``gpt-image-1``, ``openai/gpt-image-1`` through a router) always
     answer in base64, and api.openai.com refuses ``response_format`` for them; DALL-E and
     most other servers answer with a URL unless asked for base64."""
-    return model.rsplit("/", 1)[-1].lower().startswith("gpt-image")
+    return _own_name(model).startswith("gpt-image")
 
 
 class OpenAIImagesProvider(_OpenAIAdapter):
@@ -485,7 +490,7 @@ def reasoning_model(model: str) -> bool:
     """OpenAI's reasoning models (o1, o3-mini, gpt-5, gpt-5.4; ``openai/gpt-5`` through a
     router) refuse ``max_tokens`` (they take ``max_completion_tokens``, which older
     servers do not know) and any temperature but the default."""
-    return bool(_REASONING_MODELS.match(model.rsplit("/", 1)[-1].lower()))
+    return bool(_REASONING_MODELS.match(_own_name(model)))
 
 
 class OpenAIChatProvider(_OpenAIAdapter):
