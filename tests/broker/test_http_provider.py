@@ -33,6 +33,7 @@ from tests.fakes import (
     IMAGES,
     FakeOpenAIServer,
     Reply,
+    encoded,
     error,
     invalid_size,
     ok_chat,
@@ -229,24 +230,14 @@ def test_an_answer_larger_than_any_artifact_is_cut_off(server):
     assert "REVISE_ARTIFACT_MAX_BYTES" in err.message
 
 
-def _encoded(coding: str, squeeze: Any, then: Any) -> Any:
-    """``then``'s answer, sent with Content-Encoding ``coding`` (``squeeze``: its bytes)."""
-    def behave(request, server):
-        reply = then(request, server)
-        raw = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
-        return Reply(reply.status, None, raw=squeeze(raw),
-                     headers={**reply.headers, "Content-Encoding": coding})
-    return behave
-
-
 def test_a_compressed_answer_is_read_and_only_encodings_asked_for_are(server, images):
-    server.queue(IMAGES, _encoded("gzip", gzip.compress, ok_image()))
+    server.queue(IMAGES, encoded("gzip", gzip.compress, ok_image()))
     assert images.execute(IMAGE, {"prompt": "fox"}, ctx()).result["artifact"]["bytes"] > 0
     assert server.requests[-1].headers["accept-encoding"] == "gzip, deflate"
-    server.queue(IMAGES, _encoded("br", lambda raw: raw, ok_image()))
+    server.queue(IMAGES, encoded("br", lambda raw: raw, ok_image()))
     err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert err.provider_code == "bad_response" and "'br' is not one asked for" in err.message
-    server.queue(IMAGES, _encoded("gzip", lambda raw: raw, error(503, "upstream down")))
+    server.queue(IMAGES, encoded("gzip", lambda raw: raw, error(503, "upstream down")))
     assert _error(images.execute, IMAGE, {"prompt": "fox"}, ctx()).status == 503
 
 

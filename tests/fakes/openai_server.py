@@ -197,6 +197,18 @@ def trickle(seconds: float, content: str = "slow answer", then: Behaviour | None
     return behave
 
 
+def encoded(coding: str, squeeze: Callable[[bytes], bytes], then: Behaviour) -> Behaviour:
+    """``then``'s answer sent with Content-Encoding ``coding``, its bytes ``squeeze``d
+    (``gzip.compress``, or anything else for a broken stream)."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        reply = then(request, server)
+        raw = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+        return Reply(reply.status, None, raw=squeeze(raw),
+                     headers={**reply.headers, "Content-Encoding": coding})
+    return behave
+
+
 def invalid_size() -> Behaviour:
     return error(400, "Invalid value for 'size': must be one of 256x256, 512x512, 1024x1024",
                  param="size")

@@ -8,7 +8,6 @@ import io
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console
@@ -28,7 +27,7 @@ from orchestrator.models import (
 from tests.fakes.model_server import FAKE_API_KEY, ModelServer
 from tests.fakes.openai_server import (
     CHAT,
-    Reply,
+    encoded,
     error,
     html_page,
     ok_chat,
@@ -250,23 +249,17 @@ def test_5xx_after_retries_names_the_endpoint() -> None:
             _backend(server, [], max_retries=2).complete(MESSAGES, purpose="repair")
 
 
-def _gzipped(squeeze: Any) -> Any:
-    def behave(request: Any, server: Any) -> Reply:
-        reply = ok_chat(f"```python\n{SCRIPT}```")(request, server)
-        return Reply(200, None, raw=squeeze(json.dumps(reply.body).encode()),
-                     headers={"Content-Encoding": "gzip"})
-    return behave
-
-
 def test_a_compressed_answer_is_read_and_a_broken_one_retried() -> None:
     """A proxy's gzip that does not inflate used to escape as httpx's DecodingError, a
     traceback out of `revise repair`; it is now a malformed answer, retried, then named."""
     with ModelServer([SCRIPT]) as server:
-        server.queue(CHAT, _gzipped(gzip.compress))
+        answer = ok_chat(f"```python\n{SCRIPT}```")
+        server.queue(CHAT, encoded("gzip", gzip.compress, answer))
         assert _backend(server, []).complete(MESSAGES, purpose="repair") == \
             f"```python\n{SCRIPT}```"
         assert server.chat_requests()[0].headers["accept-encoding"] == "gzip, deflate"
-        server.queue(CHAT, *[_gzipped(lambda raw: b"\x1f\x8b not gzip")] * 2)
+        broken = encoded("gzip", lambda raw: b"\x1f\x8b not gzip", ok_chat())
+        server.queue(CHAT, broken, broken)
         with pytest.raises(ReviseError, match=r"gzip stream is broken.* after 2 attempts"):
             _backend(server, [], max_retries=1).complete(MESSAGES, purpose="repair")
 
