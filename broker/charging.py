@@ -8,11 +8,11 @@ provider's terms (``broker.catalog.PROVIDER_TERMS``, with the deployment's word 
 idempotency keys from settings): a provider that honours ``Idempotency-Key`` is asked
 again with the same key, and answers with the work it did instead of charging again.
 
-    4xx (not 408/409/429), connect error     -> free: the request was refused or
-                                                never left
+    4xx (not 408/409/429), connect error,    -> free: the request was refused, never
+    301/307/308 (the API moved)                 left, or was sent elsewhere
     429                                      -> free, rate limited: wait Retry-After
     5xx, 408, 409, timeout, lost connection,
-    unusable answer                          -> maybe charged (when the terms say a
+    unusable answer, any other 3xx           -> maybe charged (when the terms say a
                                                 failure may be charged; else free)
 """
 

@@ -47,6 +47,9 @@ _STATUS_CODES: dict[int, tuple[str, bool]] = {
     404: ("model_not_found", False), 408: ("timeout", True), 409: ("conflict", True),
     422: ("invalid_parameter", False), 429: ("rate_limited", True),
 }
+# A redirect that says the resource lives elsewhere: nothing was carried out here. Any
+# other (302 and 303 above all: "done, see there" after a POST) may follow work done.
+_MOVED = frozenset({301, 307, 308})
 _MAX_DETAIL = 300
 _ERROR_BODY_BYTES = 64 << 10  # of an error answer: enough for any message it quotes
 _ANSWER_SLACK_BYTES = 1 << 20  # an answer's JSON around its base64 image
@@ -132,6 +135,8 @@ class _OpenAIAdapter(ABC):
                 f"was sent ({type(exc).__name__}: {self._redact(str(exc))}); the provider "
                 "may have completed it (and charged for it)",
                 status=None, provider_code="connection_lost", retryable=True) from None
+        if answer.is_redirect:
+            raise self._redirect_error(capability, call, path, answer)
         if answer.status >= 400:
             raise self._http_error(capability, call, answer)
         data = _json_body(answer.body)
@@ -204,6 +209,8 @@ class _OpenAIAdapter(ABC):
                                  f"{self.base_url} failed ({type(exc).__name__}: "
                                  f"{self._redact(str(exc))})", status=None,
                                  provider_code="connection_error") from None
+        if answer.is_redirect:
+            raise self._redirect_error(capability, call, path, answer)
         if answer.status == 404:
             return Lookup("unknown")
         if answer.status >= 400:
@@ -230,6 +237,9 @@ class _OpenAIAdapter(ABC):
         if code == "auth":
             # Never echo anything that might contain the credential back to the script.
             detail = "the provider rejected the API key; check REVISE_PROVIDER_API_KEY"
+        elif answer.status == 404 and "model" not in detail.lower():
+            detail += ("; if the path is what is unknown, check that REVISE_PROVIDER_BASE_URL "
+                       "holds the API's prefix (e.g. https://api.openai.com/v1)")
         extra: dict[str, Any] = {"param": param} if param else {}
         retry_after = _retry_after(answer.headers)
         if retry_after:
@@ -239,6 +249,23 @@ class _OpenAIAdapter(ABC):
             f"{capability.name}: provider answered HTTP {answer.status} ({code}): "
             f"{detail}", status=answer.status, provider_code=code,
             retryable=retryable, **extra)
+
+    def _redirect_error(self, capability: Capability, call: CallContext, path: str,
+                        answer: _Answer) -> CapabilityError:
+        """A 3xx is never followed: a POST sent on to another address could be carried
+        out twice, and the key of a request names it, not where it went."""
+        moved = answer.status in _MOVED
+        location = answer.headers.get("location")
+        fix = redirect_fix(f"{self.base_url}{path}", path, location,
+                           "REVISE_PROVIDER_BASE_URL")
+        where = self._redact(location) if location else "no address"
+        done = ("it did not carry out the request" if moved else "the provider may have "
+                "carried out the request (and charged for it)")
+        return provider_error(
+            capability, call, f"{capability.name}: provider answered HTTP {answer.status}, "
+            f"a redirect to {where}; {done}. Revise follows no redirect: {fix}",
+            status=answer.status, provider_code="moved" if moved else "bad_response",
+            retryable=not moved)
 
     def _error_detail(self, answer: _Answer) -> tuple[str, str | None]:
         error = (_json_body(answer.body) or {}).get("error")
@@ -256,6 +283,23 @@ class _Answer:
     headers: httpx.Headers
     body: bytes  # decoded (Content-Encoding undone), within the adapter's bounds
     reason: str
+
+    @property
+    def is_redirect(self) -> bool:
+        return 300 <= self.status < 400
+
+
+def redirect_fix(url: str, path: str, location: str | None, setting: str) -> str:
+    """What to set ``setting`` (a base URL) to after a request to ``url`` (the base URL
+    and ``path``) was redirected to ``location``: its address less the same path."""
+    if location:
+        try:
+            target = str(httpx.URL(url).join(location))
+        except httpx.InvalidURL:
+            target = ""
+        if target.endswith(path) and len(target) > len(path):
+            return f"set {setting} to {target[:-len(path)]}"
+    return f"check {setting}: it must be the address the API itself answers at"
 
 
 def _json_body(body: bytes | str) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from pydantic import SecretStr
 from broker.content_encoding import ACCEPT_ENCODING, EncodingError, read_decoded
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
-from broker.providers.http import chat_reply_text, reasoning_model
+from broker.providers.http import chat_reply_text, reasoning_model, redirect_fix
 from broker.retry_after import wait_asked
 from broker.settings import Settings
 from orchestrator.models.base import Message, ModelEndpointError
@@ -195,6 +195,13 @@ class OpenAIChatBackend:
             return _Transient("dropped", f"the connection broke ({type(exc).__name__})")
         except EncodingError as exc:
             return _Transient("malformed", f"an answer that could not be read: {exc}")
+        if 300 <= status < 400:  # followed, the request could be sent where it was not meant
+            location = headers.get("location")
+            raise ConfigError(
+                f"the model endpoint {self.base_url} answered HTTP {status}, a redirect to "
+                f"{(location or 'no address')[:300]}; Revise follows no redirect: "
+                + redirect_fix(url, "/chat/completions", location, "REVISE_MODEL_BASE_URL"),
+                status=status, setting="REVISE_MODEL_BASE_URL")
         if status < 400:
             return self._content(status, headers, raw)
         if status not in RETRY_STATUSES:

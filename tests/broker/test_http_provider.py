@@ -17,6 +17,7 @@ from pydantic import SecretStr
 from broker import png
 from broker.artifacts import MemoryArtifactStore
 from broker.catalog import lookup
+from broker.charging import Charge, ProviderTerms, charge_of
 from broker.errors import CapabilityError, ConfigError
 from broker.identity import request_key
 from broker.providers import (
@@ -38,6 +39,7 @@ from tests.fakes import (
     invalid_size,
     ok_chat,
     ok_image,
+    redirect,
     slow,
     trickle,
     unknown_model,
@@ -192,6 +194,55 @@ def test_the_envelope_call_timeout_bounds_one_request(server, store):
         err = _error(provider.execute, IMAGE, {"prompt": "fox"}, call)
     assert (err.provider_code, err.retryable) == ("timeout", True)
     assert "within 0.3s" in err.message
+
+
+@pytest.mark.parametrize(("status", "code", "charge"), [
+    (301, "moved", Charge.FREE), (307, "moved", Charge.FREE), (308, "moved", Charge.FREE),
+    (302, "bad_response", Charge.MAYBE), (303, "bad_response", Charge.MAYBE),
+])
+def test_a_redirect_is_never_followed_and_names_the_base_url(server, images, status,
+                                                              code, charge):
+    """An API that moved (an http:// base URL that its host sends to https://) did
+    nothing; a "done, see there" may follow work done. Neither is followed: a POST sent on
+    could be carried out twice. The error names the base URL to set."""
+    server.queue(IMAGES, redirect(status, "https://api.example.test/v2/images/generations",
+                                  done=status in (302, 303)))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code) == (status, code)
+    assert charge_of(err, ProviderTerms()).charge is charge
+    assert "set REVISE_PROVIDER_BASE_URL to https://api.example.test/v2" in err.message
+    assert len(server.requests_to(IMAGES)) == 1 and len(server.requests) == 1
+    _assert_no_key(err)
+
+
+def test_a_relative_or_missing_redirect_address_still_says_what_to_set(server, images):
+    server.queue(IMAGES, redirect(308, "/v2/images/generations"), redirect(301, None))
+    relative = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    host = server.base_url.rsplit("/", 1)[0]
+    assert f"set REVISE_PROVIDER_BASE_URL to {host}/v2;" in relative.message + ";"
+    nowhere = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert "redirect to no address" in nowhere.message
+    assert "check REVISE_PROVIDER_BASE_URL" in nowhere.message
+    assert server.charged() == 0
+
+
+def test_a_redirected_lookup_is_not_a_record_of_nothing(server, store):
+    """A lookup answered with a redirect has not said "no record" (which would let the
+    call be asked again): it fails."""
+    server.queue(f"{server.prefix}/requests/{ctx().idempotency_key}",
+                 redirect(308, "https://elsewhere.test/v1/requests/k"))
+    with images_at(server.base_url, store, lookup_path="/requests/{key}") as provider:
+        err = _error(provider.lookup, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code) == (308, "moved")
+
+
+def test_a_base_url_without_the_api_prefix_is_named_in_the_404(server, store, images):
+    with images_at(server.base_url.removesuffix("/v1"), store) as provider:
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (err.status, err.provider_code) == (404, "model_not_found")
+    assert "check that REVISE_PROVIDER_BASE_URL holds the API's prefix" in err.message
+    unknown = _error(images.execute, IMAGE, {"prompt": "fox", "model": "missing-model"}, ctx())
+    assert "REVISE_PROVIDER_BASE_URL" not in unknown.message  # the model is what is unknown
 
 
 def test_connection_refused_is_retryable(store):

@@ -167,6 +167,17 @@ def error(status: int, message: str = "", *, param: str | None = None,
     return behave
 
 
+def redirect(status: int, location: str | None, *, done: bool = False) -> Behaviour:
+    """A redirect: the API moved (301, 307, 308: nothing done), or with ``done`` the work
+    was done and charged first ("done, see there" after a POST: 302, 303)."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        work = server.default_behaviour(request.path)(request, server) if done else None
+        return Reply(status, None, headers={"Location": location} if location else {},
+                     raw=b"", charge=False, completed=work)
+    return behave
+
+
 def truncated_chat(content: str = "```python\nasync def orchestrate(ctx, args):\n```") -> Behaviour:
     """A chat completion cut off halfway (a proxy that dropped the end of the answer)."""
 
@@ -512,9 +523,14 @@ class FakeOpenAIServer:
         return state is not None and state.owner is request and state.completed is None
 
     def lookup(self, request: RecordedRequest) -> Reply:
-        """``GET {prefix}/requests/{key}``: what the provider knows of a key."""
+        """``GET {prefix}/requests/{key}``: what the provider knows of a key (or the
+        behaviour queued for that path)."""
         with self._lock:
             self.requests.append(request)
+            queued = self._queues[request.path]
+            behaviour = queued.popleft() if queued else None
+        if behaviour is not None:
+            return behaviour(request, self)
         if not self._authorized(request):
             return error(401, "Incorrect API key provided.")(request, self)
         route = f"{self.prefix}/requests/"

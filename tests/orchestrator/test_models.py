@@ -31,6 +31,7 @@ from tests.fakes.openai_server import (
     error,
     html_page,
     ok_chat,
+    redirect,
     slow,
     trickle,
     truncated_chat,
@@ -393,6 +394,21 @@ def test_a_web_page_is_a_base_url_config_error() -> None:
         server.queue(CHAT, html_page())
         with pytest.raises(ConfigError, match=r"web page .* REVISE_MODEL_BASE_URL"):
             _backend(server, []).complete(MESSAGES, purpose="repair")
+        assert len(server.chat_requests()) == 1
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+def test_a_redirect_is_a_base_url_config_error_never_followed(status: int) -> None:
+    """An http:// base URL whose host sends it to https:// (the usual redirect) is not
+    asked again, there or here: the error names the base URL to set."""
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, redirect(status, "https://models.example.test/v1/chat/completions"))
+        with pytest.raises(ConfigError) as caught:
+            _backend(server, []).complete(MESSAGES, purpose="repair")
+        assert f"HTTP {status}" in caught.value.message
+        assert "set REVISE_MODEL_BASE_URL to https://models.example.test/v1" in \
+            caught.value.message
+        assert caught.value.setting == "REVISE_MODEL_BASE_URL"
         assert len(server.chat_requests()) == 1
 
 

@@ -30,6 +30,7 @@ from tests.fakes.openai_server import (
     complete_late,
     ok_image,
     rate_limited,
+    redirect,
     reject,
     trickle,
 )
@@ -182,6 +183,31 @@ def test_a_repaired_payload_after_a_charged_failure_is_another_request(make_harn
         (slot,) = harness.services.store.list_slots("run-1")
         assert slot.result["prompt"] == "hero on a cliff, at dawn"
         assert slot.identity == harness.services.store.list_attempts("run-1")[0].identity
+
+
+def test_a_redirect_is_free_when_the_api_moved_and_paid_when_it_says_done(make_harness
+                                                                         ) -> None:
+    """An http:// base URL sent to https:// (308): nothing was done, the run fails with
+    the base URL to set and nothing paid; the repair the operator runs after fixing it
+    pays once. A 303 after the work ("done, see there"): paid until proven otherwise,
+    and the script's own retry does not pay again."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, redirect(308, "https://images.example.test/v1/images/generations"))
+        harness = _harness(make_harness, server)
+        moved = _run(harness, ONE)
+        assert moved["status"] == "failed" and moved["error"]["charged"] == "no"
+        assert "set REVISE_PROVIDER_BASE_URL to https://images.example.test/v1" in \
+            moved["error"]["message"]
+        (attempt,) = harness.services.store.list_attempts("run-1")
+        assert attempt.status is AttemptStatus.FAILED and server.charged() == 0
+        assert _run(harness, ONE)["status"] == "succeeded" and server.charged() == 1
+
+        server.queue(IMAGES, redirect(303, "/v1/jobs/7", done=True))
+        done = _run(harness, RETRYING, "run-2")
+        assert done["status"] == "stopped" and done["error"]["type"] == "SemanticRepeatDenied"
+        assert server.charged() == 2 and len(server.requests_to(IMAGES)) == 3
+        (attempt,) = harness.services.store.list_attempts("run-2")
+        assert attempt.status is AttemptStatus.UNCERTAIN
 
 
 def test_a_rate_limited_request_waits_its_retry_after_and_pays_once(make_harness) -> None:
