@@ -11,6 +11,7 @@ again with the same key, and answers with the work it did instead of charging ag
     4xx (not 408/409/429), connect error,    -> free: the request was refused, never
     301/307/308 (the API moved)                 left, or was sent elsewhere
     429                                      -> free, rate limited: wait Retry-After
+    429 insufficient_quota                   -> free, not asked again
     5xx, 408, 409, timeout, lost connection,
     unusable answer, any other 3xx           -> maybe charged (when the terms say a
                                                 failure may be charged; else free)
@@ -27,6 +28,8 @@ from broker.records import AttemptRecord, AttemptStatus
 # Failures whose request may have reached the provider and been carried out.
 MAYBE_CHARGED_CODES = frozenset({"timeout", "connection_lost", "bad_response",
                                  "provider_error", "conflict"})
+# A 429 that waiting does not cure (the account is out of quota): free, not asked again.
+QUOTA_EXCEEDED = "quota_exceeded"
 RATE_LIMIT_WAIT_CAP = 30.0  # seconds; a longer Retry-After is a failure the script sees
 
 
@@ -56,6 +59,8 @@ class ChargeVerdict:
 
 def charge_of(error: CapabilityError, terms: ProviderTerms) -> ChargeVerdict:
     status, code = error.status, error.provider_code
+    if code == QUOTA_EXCEEDED:
+        return ChargeVerdict(Charge.FREE)
     if status == 429 or code == "rate_limited":
         return ChargeVerdict(Charge.RATE_LIMITED, retry_after(error.retry_after))
     maybe = (isinstance(status, int) and (status >= 500 or status in (408, 409))) \

@@ -35,6 +35,7 @@ from pydantic import SecretStr
 from broker import png
 from broker.artifacts import DEFAULT_MAX_BYTES, ArtifactRef, ArtifactStore, ArtifactTooLarge
 from broker.catalog import Capability
+from broker.charging import QUOTA_EXCEEDED
 from broker.content_encoding import ACCEPT_ENCODING, EncodingError, read_decoded
 from broker.errors import CapabilityError, ReviseError
 from broker.foreign_json import parse_foreign_json
@@ -50,6 +51,7 @@ _STATUS_CODES: dict[int, tuple[str, bool]] = {
 # A redirect that says the resource lives elsewhere: nothing was carried out here. Any
 # other (302 and 303 above all: "done, see there" after a POST) may follow work done.
 _MOVED = frozenset({301, 307, 308})
+QUOTA_EXCEEDED_WORD = "insufficient_quota"  # OpenAI's error code (and type)
 _MAX_DETAIL = 300
 _ERROR_BODY_BYTES = 64 << 10  # of an error answer: enough for any message it quotes
 _ANSWER_SLACK_BYTES = 1 << 20  # an answer's JSON around its base64 image
@@ -234,7 +236,11 @@ class _OpenAIAdapter(ABC):
                     answer: _Answer) -> CapabilityError:
         code, retryable = _status_code(answer.status)
         detail, param = self._error_detail(answer)
-        if code == "auth":
+        if answer.status == 429 and quota_exhausted(answer.body):
+            code, retryable = QUOTA_EXCEEDED, False
+            detail += ("; the provider account is out of quota: waiting does not help, "
+                       "check its plan and billing")
+        elif code == "auth":
             # Never echo anything that might contain the credential back to the script.
             detail = "the provider rejected the API key; check REVISE_PROVIDER_API_KEY"
         elif answer.status == 404 and "model" not in detail.lower():
@@ -300,6 +306,14 @@ def redirect_fix(url: str, path: str, location: str | None, setting: str) -> str
         if target.endswith(path) and len(target) > len(path):
             return f"set {setting} to {target[:-len(path)]}"
     return f"check {setting}: it must be the address the API itself answers at"
+
+
+def quota_exhausted(body: bytes) -> bool:
+    """A 429 that waiting does not cure: OpenAI's ``insufficient_quota`` (an account with
+    no credit left, or none yet), told apart from a rate limit only by its error body."""
+    error = (_json_body(body) or {}).get("error")
+    return isinstance(error, dict) and QUOTA_EXCEEDED_WORD in (error.get("code"),
+                                                               error.get("type"))
 
 
 def _json_body(body: bytes | str) -> dict[str, Any] | None:

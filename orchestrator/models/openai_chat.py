@@ -30,7 +30,12 @@ from pydantic import SecretStr
 from broker.content_encoding import ACCEPT_ENCODING, EncodingError, read_decoded
 from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
-from broker.providers.http import chat_reply_text, reasoning_model, redirect_fix
+from broker.providers.http import (
+    chat_reply_text,
+    quota_exhausted,
+    reasoning_model,
+    redirect_fix,
+)
 from broker.retry_after import wait_asked
 from broker.settings import Settings
 from orchestrator.models.base import Message, ModelEndpointError
@@ -204,7 +209,7 @@ class OpenAIChatBackend:
                 status=status, setting="REVISE_MODEL_BASE_URL")
         if status < 400:
             return self._content(status, headers, raw)
-        if status not in RETRY_STATUSES:
+        if status not in RETRY_STATUSES or (status == 429 and quota_exhausted(raw)):
             raise self._fatal(status, raw)
         return _Transient("http", f"HTTP {status}: {self._message(raw)}", status,
                           wait_asked(headers, now=time.time()))
@@ -284,6 +289,12 @@ class OpenAIChatBackend:
                 f"the model endpoint {self.base_url} refused the credentials (HTTP {status}: "
                 f"{detail}); set REVISE_MODEL_API_KEY to a key that may use model "
                 f"{self.model}", status=status)
+        if status == 429:  # out of quota: a rate limit is retried before it gets here
+            return ConfigError(
+                f"the model endpoint {self.base_url} says the account is out of quota "
+                f"(HTTP 429: {detail}); waiting does not help: check its plan and billing, "
+                "or set REVISE_MODEL_API_KEY to another key", status=status,
+                setting="REVISE_MODEL_API_KEY")
         if status == 404:
             return ConfigError(
                 f"the model endpoint {self.base_url} does not serve model {self.model!r} "

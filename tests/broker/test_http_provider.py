@@ -39,6 +39,7 @@ from tests.fakes import (
     invalid_size,
     ok_chat,
     ok_image,
+    out_of_quota,
     redirect,
     slow,
     trickle,
@@ -160,6 +161,18 @@ def test_error_mapping(server, images, behaviour, status, code, retryable):
     _assert_no_key(err)
     if status == 429:
         assert err.retry_after == "2"
+
+
+def test_a_429_out_of_quota_is_free_and_not_a_rate_limit(server, images):
+    """Both are 429s; only the body tells OpenAI's "no credit left" from a rate limit, and
+    waiting for the first would hold every call to the provider for nothing."""
+    server.queue(IMAGES, out_of_quota(), error(429, "slow down"))
+    quota = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert (quota.status, quota.provider_code) == (429, "quota_exceeded")
+    assert charge_of(quota, ProviderTerms()).charge is Charge.FREE
+    assert "out of quota" in quota.message and "billing" in quota.message
+    limited = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert charge_of(limited, ProviderTerms()).charge is Charge.RATE_LIMITED
 
 
 def test_server_side_validation_by_default(server, images):

@@ -278,6 +278,17 @@ def rate_limited(retry_after: int = 1) -> Behaviour:
     return behave
 
 
+def out_of_quota() -> Behaviour:
+    """OpenAI's 429 for an account with no credit (a new key before billing is set up):
+    no Retry-After, and no wait ever cures it. Free."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        return Reply(429, _error_body("You exceeded your current quota, please check your "
+                                      "plan and billing details.", "insufficient_quota",
+                                      code="insufficient_quota"), charge=False)
+    return behave
+
+
 def reject(status: int = 400, message: str = "") -> Behaviour:
     """Refuse the request before any work (``status``, OpenAI-style body): free."""
     refuse = error(status, message or f"fake rejection {status}")

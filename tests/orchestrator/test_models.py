@@ -31,6 +31,7 @@ from tests.fakes.openai_server import (
     error,
     html_page,
     ok_chat,
+    out_of_quota,
     redirect,
     slow,
     trickle,
@@ -222,6 +223,16 @@ def test_a_retry_after_date_is_honoured_and_junk_falls_back_to_the_backoff() -> 
         _backend(server, sleeps).complete(MESSAGES, purpose="repair")
     assert 18 <= sleeps[0] <= 20
     assert sleeps[1:] == [2.0, 4.0]  # the backoff of retries 2 and 3
+
+
+def test_a_429_out_of_quota_is_a_config_error_at_once() -> None:
+    with ModelServer([SCRIPT]) as server:
+        server.queue(CHAT, out_of_quota())
+        sleeps: list[float] = []
+        with pytest.raises(ConfigError, match=r"out of quota .* billing") as caught:
+            _backend(server, sleeps).complete(MESSAGES, purpose="repair")
+        assert caught.value.setting == "REVISE_MODEL_API_KEY"
+        assert len(server.chat_requests()) == 1 and sleeps == []
 
 
 def test_429_after_retries_is_a_clear_error() -> None:

@@ -29,6 +29,7 @@ from tests.fakes.openai_server import (
     charge_then_error,
     complete_late,
     ok_image,
+    out_of_quota,
     rate_limited,
     redirect,
     reject,
@@ -217,6 +218,19 @@ def test_a_rate_limited_request_waits_its_retry_after_and_pays_once(make_harness
         first = _run(harness, ONE)
         assert first["status"] == "succeeded", first["error"]
         assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 2
+
+
+def test_an_account_out_of_quota_fails_the_call_at_once_and_free(make_harness) -> None:
+    """OpenAI's 429 insufficient_quota is no rate limit: it is not waited for and asked
+    again (holding every call to the provider), and it cost nothing."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, *[out_of_quota()] * 5)
+        harness = _harness(make_harness, server, unknown_outcome_retries=3)
+        report = _run(harness, ONE)
+        assert report["status"] == "failed" and report["error"]["charged"] == "no"
+        assert report["error"]["code"] == "quota_exceeded"
+        assert "out of quota" in report["error"]["message"]
+        assert len(server.requests_to(IMAGES)) == 1 and server.charged() == 0
 
 
 FOUR = _s('''
