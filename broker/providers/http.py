@@ -53,6 +53,7 @@ _STATUS_CODES: dict[int, tuple[str, bool]] = {
 _MOVED = frozenset({301, 307, 308})
 QUOTA_EXCEEDED_WORD = "insufficient_quota"  # OpenAI's error code (and type)
 _MAX_DETAIL = 300
+_MAX_URL = 2048  # of an image's address kept in an error: a signed URL runs to ~500
 _ERROR_BODY_BYTES = 64 << 10  # of an error answer: enough for any message it quotes
 _ANSWER_SLACK_BYTES = 1 << 20  # an answer's JSON around its base64 image
 
@@ -105,11 +106,10 @@ class _OpenAIAdapter(ABC):
     def _post(self, capability: Capability, call: CallContext, path: str,
               body: dict[str, Any]) -> dict[str, Any]:
         headers = {"Idempotency-Key": call.idempotency_key, **self._headers()}
-        timeout = self.timeout if call.timeout_seconds is None \
-            else min(self.timeout, call.timeout_seconds)
+        timeout = self._timeout(call)
         try:
-            answer = self._send(capability, call, "POST", path, timeout, json=body,
-                                headers=headers)
+            answer = self._send(capability, call, "POST", f"{self.base_url}{path}", timeout,
+                                json=body, headers=headers)
         except httpx.ConnectTimeout:
             raise provider_error(
                 capability, call,
@@ -146,13 +146,17 @@ class _OpenAIAdapter(ABC):
             raise _bad_response(capability, call, "the response body is not a JSON object")
         return data
 
-    def _send(self, capability: Capability, call: CallContext, method: str, path: str,
+    def _timeout(self, call: CallContext) -> float:
+        return self.timeout if call.timeout_seconds is None \
+            else min(self.timeout, call.timeout_seconds)
+
+    def _send(self, capability: Capability, call: CallContext, method: str, url: str,
               timeout: float, **request: Any) -> _Answer:
         """One request, its answer read to the end within ``timeout`` seconds and
         ``answer_bytes`` (an error answer: its first ``_ERROR_BODY_BYTES``)."""
         until = time.monotonic() + timeout
         with self._clients.client() as client, client.stream(
-                method, f"{self.base_url}{path}", timeout=timeout, **request) as response:
+                method, url, timeout=timeout, **request) as response:
             failed = response.status_code >= 400
             limit = _ERROR_BODY_BYTES if failed else self.answer_bytes
             try:
@@ -204,8 +208,8 @@ class _OpenAIAdapter(ABC):
                                  status=None, provider_code="no_lookup")
         path = self.lookup_path.replace("{key}", call.idempotency_key)
         try:
-            answer = self._send(capability, call, "GET", path, self.timeout,
-                                headers=self._headers())
+            answer = self._send(capability, call, "GET", f"{self.base_url}{path}",
+                                self.timeout, headers=self._headers())
         except httpx.HTTPError as exc:
             raise provider_error(capability, call, f"{capability.name}: the lookup at "
                                  f"{self.base_url} failed ({type(exc).__name__}: "
@@ -372,6 +376,10 @@ def _base64(encoded: str) -> bytes:
         return base64.b64decode(re.sub(r"[ \t\r\n]+", "", encoded), validate=True)
 
 
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return url.scheme, url.host, url.port
+
+
 def _media_type(data: bytes) -> str:
     if data.startswith(png.PNG_SIGNATURE):
         return png.MEDIA_TYPE
@@ -396,7 +404,8 @@ def _answers_in_base64(model: str) -> bool:
 
 class OpenAIImagesProvider(_OpenAIAdapter):
     """``POST {base_url}/images/generations``, asking for the image in base64
-    (``response_format=b64_json``) where the model needs asking."""
+    (``response_format=b64_json``) where the model needs asking; an answer that gives the
+    image's address instead is fetched (``_fetch_image``)."""
 
     def execute(self, capability: Capability, payload: dict,
                 call: CallContext) -> ProviderResult:
@@ -427,14 +436,59 @@ class OpenAIImagesProvider(_OpenAIAdapter):
     def _store_image(self, capability: Capability, call: CallContext,
                      data: dict[str, Any]) -> tuple[ArtifactRef, bytes]:
         try:
-            image = _base64(data["data"][0]["b64_json"])
-        except (KeyError, IndexError, TypeError, ValueError):  # binascii.Error: a ValueError
+            item = data["data"][0]
+            url = item.get("url") if "b64_json" not in item else None
+            image = _base64(item["b64_json"]) if url is None else \
+                self._fetch_image(capability, call, str(url))
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            # binascii.Error is a ValueError
             raise _bad_response(capability, call, "expected data[0].b64_json with base64 "
-                                "image bytes") from None
+                                "image bytes, or data[0].url") from None
         try:
             return self.artifacts.put(image, _media_type(image)), image
         except ArtifactTooLarge as exc:  # answered, so maybe charged: not a lost answer
             raise _bad_response(capability, call, exc.message) from None
+
+    def _fetch_image(self, capability: Capability, call: CallContext, url: str) -> bytes:
+        """The image a paid answer gives by address (DALL-E's default answer, and servers
+        that ignore ``response_format``): a ``data:`` URL is read in place; any other is
+        fetched once, within the call's timeout and the artifact limit, and only over
+        https or from the provider's own origin (a local server), the API key sent to that
+        origin alone, no redirect followed. One that cannot be fetched is an unusable
+        answer that may have been charged; its message keeps the address for whoever
+        reconciles the call."""
+        if url.startswith("data:"):
+            meta, _, encoded = url.partition(",")
+            if not meta.endswith(";base64"):
+                raise ValueError("a data: URL without base64")
+            return _base64(encoded)
+        shown = url.replace(self._key.get_secret_value(), "[redacted]") if self._key \
+            else url
+
+        def unusable(why: str) -> CapabilityError:
+            return _bad_response(capability, call, f"the provider answered with the "
+                                 f"image's address, {shown[:_MAX_URL]}, which {why}; the "
+                                 "call was paid for: fetch the image there and give it to "
+                                 "`revise reconcile ... --artifact FILE`")
+
+        try:
+            target = httpx.URL(url)
+        except httpx.InvalidURL:
+            raise unusable("is not a URL") from None
+        own = _origin(target) == _origin(httpx.URL(self.base_url))
+        if not own and target.scheme != "https":
+            raise unusable("is neither https nor on the provider's own address (not "
+                           "fetched)")
+        headers = self._headers() if own else {"Accept": "image/*",
+                                               "Accept-Encoding": ACCEPT_ENCODING}
+        try:
+            answer = self._send(capability, call, "GET", str(target), self._timeout(call),
+                                headers=headers)
+        except httpx.HTTPError as exc:
+            raise unusable(f"could not be fetched ({type(exc).__name__})") from None
+        if answer.status != 200:
+            raise unusable(f"answered HTTP {answer.status}")
+        return answer.body
 
     def _dimensions(self, ref: ArtifactRef, image: bytes, size: str
                     ) -> tuple[int | None, int | None]:

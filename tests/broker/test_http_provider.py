@@ -44,7 +44,9 @@ from tests.fakes import (
     slow,
     trickle,
     unknown_model,
+    url_image,
 )
+from tests.fakes.blob_store import BlobStore
 
 IMAGE = lookup("image.generate")
 
@@ -269,6 +271,66 @@ def test_garbage_image_response_is_bad_response(server, images):
     server.queue(IMAGES, lambda request, server: Reply(200, {"data": [{"url": "x"}]}))
     err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
     assert err.provider_code == "bad_response"
+
+
+def test_an_image_answered_by_address_is_fetched_and_stored(server, images, store):
+    """DALL-E answers with a URL unless asked otherwise, and some servers ignore the ask:
+    the answer is paid, so the image there is fetched (on the provider's own origin, with
+    its key) and stored like one sent in base64."""
+    server.queue(IMAGES, url_image())
+    out = images.execute(IMAGE, {"prompt": "fox"}, ctx())
+    (path,) = server.files
+    assert store.get(out.result["artifact"]["id"]) == server.files[path]
+    (fetch,) = server.requests_to(path)
+    assert fetch.method == "GET" and fetch.headers["authorization"] == f"Bearer {FAKE_API_KEY}"
+    assert (out.result["width"], out.result["height"]) == (8, 8)
+
+
+def test_an_image_on_another_host_is_fetched_without_the_key(server, store):
+    with BlobStore() as blobs, httpx.Client(verify=blobs.ssl_context()) as client:
+        server.queue(IMAGES, url_image(blobs.put))
+        provider = OpenAIImagesProvider(base_url=server.base_url, api_key=FAKE_API_KEY,
+                                        artifacts=store, client=client)
+        out = provider.execute(IMAGE, {"prompt": "fox"}, ctx())
+        (data,) = blobs.files.values()
+        assert store.get(out.result["artifact"]["id"]) == data
+        (headers,) = blobs.requests
+        assert "authorization" not in headers
+        assert FAKE_API_KEY not in json.dumps(headers)
+
+
+def test_a_data_url_image_is_read_in_place(server, images, store):
+    image = png.render(b"data", 4)
+    url = "data:image/png;base64," + base64.b64encode(image).decode()
+    server.queue(IMAGES, lambda request, server: Reply(200, {"data": [{"url": url}]}))
+    out = images.execute(IMAGE, {"prompt": "fox"}, ctx())
+    assert store.get(out.result["artifact"]["id"]) == image
+
+
+@pytest.mark.parametrize(("place", "why"), [
+    (lambda path, data: "http://localhost:9" + path, "neither https nor"),
+    (lambda path, data: "ftp://127.0.0.1/x.png", "neither https nor"),
+    (lambda path, data: "https://127.0.0.1:9/x.png", "could not be fetched (ConnectError)"),
+    (lambda path, data: "http://[::1", "is not a URL"),
+], ids=["plain http elsewhere", "another scheme", "unreachable", "not a URL"])
+def test_an_image_address_that_cannot_be_used_is_a_paid_unusable_answer(
+        server, images, place, why):
+    """Plain http is fetched only from the provider's own origin (an address in a paid
+    answer is not a way into the worker's network); what cannot be fetched stays paid
+    until an operator says otherwise, and the message keeps the address for them."""
+    server.queue(IMAGES, url_image(place))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "bad_response" and why in err.message
+    assert charge_of(err, ProviderTerms()).charge is Charge.MAYBE
+    assert "revise reconcile" in err.message
+    assert [r.method for r in server.requests] == ["POST"]
+
+
+def test_an_image_address_answering_an_error_is_a_paid_unusable_answer(server, images):
+    server.queue(IMAGES, url_image(lambda path, data: server.base_url + "/files/gone.png"))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert "answered HTTP 404" in err.message and "/files/gone.png" in err.message
+    assert charge_of(err, ProviderTerms()).charge is Charge.MAYBE
 
 
 def test_an_answer_still_arriving_at_the_timeout_is_a_timeout(server, store):

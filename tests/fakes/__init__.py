@@ -25,6 +25,7 @@ from tests.fakes.openai_server import (
     slow,
     trickle,
     unknown_model,
+    url_image,
 )
 
 __all__ = [
@@ -52,4 +53,5 @@ __all__ = [
     "slow",
     "trickle",
     "unknown_model",
+    "url_image",
 ]

@@ -136,6 +136,27 @@ def ok_image(data: bytes | None = None) -> Behaviour:
     return behave
 
 
+def url_image(place: Callable[[str, bytes], str] | None = None) -> Behaviour:
+    """Answer with the image's address instead of its bytes (DALL-E's default, and servers
+    that ignore ``response_format``). ``place(path, png)`` keeps the picture somewhere and
+    gives its URL (a ``BlobStore``'s ``put``); by default this server serves it (``GET``,
+    no key needed, as a signed URL)."""
+
+    def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
+        work = ok_image()(request, server)
+        if work.status != 200:
+            return work
+        image = base64.b64decode(work.body["data"][0]["b64_json"])
+        path = f"{server.prefix}/files/{len(server.requests)}.png"
+        if place is not None:
+            url = place(path, image)
+        else:
+            server.files[path] = image
+            url = server.base_url.removesuffix(server.prefix) + path
+        return Reply(200, {"created": 0, "data": [{"url": url}]})
+    return behave
+
+
 def ok_chat(content: str | None = None, *, prompt_tokens: int = 7,
             completion_tokens: int = 5) -> Behaviour:
     """Answer with a chat completion (echoing the last user message unless ``content``)."""
@@ -425,6 +446,7 @@ class FakeOpenAIServer:
         self.idempotency = idempotency
         self.requests: list[RecordedRequest] = []
         self.charges: list[Charge] = []
+        self.files: dict[str, bytes] = {}  # served by GET (url_image)
         self.in_flight = 0  # POST requests being worked on or answered right now
         self.peak_concurrency = 0  # the most POST requests in flight at once
         self.stopping = threading.Event()
@@ -542,6 +564,9 @@ class FakeOpenAIServer:
             behaviour = queued.popleft() if queued else None
         if behaviour is not None:
             return behaviour(request, self)
+        if request.path in self.files:
+            return Reply(200, None, headers={"Content-Type": "image/png"},
+                         raw=self.files[request.path])
         if not self._authorized(request):
             return error(401, "Incorrect API key provided.")(request, self)
         route = f"{self.prefix}/requests/"

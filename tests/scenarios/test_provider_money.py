@@ -34,6 +34,7 @@ from tests.fakes.openai_server import (
     redirect,
     reject,
     trickle,
+    url_image,
 )
 
 from .conftest import Harness
@@ -218,6 +219,21 @@ def test_a_rate_limited_request_waits_its_retry_after_and_pays_once(make_harness
         first = _run(harness, ONE)
         assert first["status"] == "succeeded", first["error"]
         assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 2
+
+
+def test_an_image_answered_by_address_is_committed_and_replayed(make_harness) -> None:
+    """The answer gives the picture's address (DALL-E's default): the paid picture is
+    fetched and committed, and a repair replays it without asking again."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, url_image())
+        harness = _harness(make_harness, server)
+        first = _run(harness, ONE)
+        assert first["status"] == "succeeded", first["error"]
+        (image,) = server.files.values()
+        assert harness.services.artifacts.get(first["result"]) == image
+        again = _run(harness, ONE)
+        assert again["status"] == "succeeded" and again["result"] == first["result"]
+        assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 1
 
 
 def test_an_account_out_of_quota_fails_the_call_at_once_and_free(make_harness) -> None:
