@@ -11,6 +11,7 @@ read at all (and which are misspelt) is known only above every layer, in
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,10 @@ class Settings(CheckedSettings):
     provider: str = Field(default="local", description="local | http")
     provider_base_url: str | None = None
     provider_api_key: SecretStr | None = None
+    provider_api_key_header: str = Field(
+        default="Authorization", description="the header that carries the provider's key: "
+        "Authorization sends 'Bearer KEY'; any other name (api-key for Azure OpenAI) sends "
+        "the key as it is")
     provider_timeout_seconds: float = Field(
         default=180.0, gt=0, description="one provider request at most this long, from "
         "connect to the answer's last byte; an answer cut off may have been charged (an "
@@ -157,6 +162,9 @@ class Settings(CheckedSettings):
         "--from-provider`)")
     model_base_url: str | None = None
     model_api_key: SecretStr | None = None
+    model_api_key_header: str = Field(
+        default="Authorization", description="the header that carries the model endpoint's "
+        "key, as REVISE_PROVIDER_API_KEY_HEADER")
     model_name: str | None = None
     model_timeout_seconds: float = Field(
         default=120.0, gt=0, le=3600, description="one model request at most this long, "
@@ -205,6 +213,14 @@ class Settings(CheckedSettings):
             raise ValueError(f"{path!r} must be a path under the base URL that holds {{key}} "
                              "where the idempotency key goes, e.g. /requests/{key}")
         return path
+
+    @field_validator("provider_api_key_header", "model_api_key_header")
+    @classmethod
+    def _header_name(cls, name: str) -> str:
+        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}", name):
+            raise ValueError(f"{name!r} is not an HTTP header name (letters, digits and "
+                             "-, e.g. Authorization or api-key)")
+        return name
 
     @field_validator("home", "sandbox_pin")
     @classmethod

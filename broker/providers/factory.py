@@ -77,7 +77,8 @@ def build_provider(settings: Settings, artifacts: ArtifactStore, *,
         common: dict[str, Any] = {"base_url": settings.provider_base_url,
                   "api_key": settings.provider_api_key, "artifacts": artifacts,
                   "timeout": settings.provider_timeout_seconds, "client": client,
-                  "lookup_path": settings.provider_lookup_path}
+                  "lookup_path": settings.provider_lookup_path,
+                  "api_key_header": settings.provider_api_key_header}
         routes = {"images": OpenAIImagesProvider(**common),
                   "text": OpenAIChatProvider(**common)}
     else:

@@ -76,11 +76,13 @@ class _OpenAIAdapter(ABC):
                  artifacts: ArtifactStore, timeout: float = 180.0,
                  client: httpx.Client | None = None,
                  models: Mapping[str, str] | None = None,
-                 lookup_path: str | None = None) -> None:
+                 lookup_path: str | None = None,
+                 api_key_header: str = "Authorization") -> None:
         """``lookup_path`` (e.g. ``/requests/{key}``): where the provider answers what it
         did for an idempotency key; None when it offers no such lookup."""
         self.base_url = base_url.rstrip("/")
         self.lookup_path = lookup_path
+        self.api_key_header = api_key_header
         self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \
             else SecretStr(api_key)
         self.artifacts = artifacts
@@ -193,10 +195,8 @@ class _OpenAIAdapter(ABC):
         return 4 * math.ceil(self._largest_artifact / 3) + _ANSWER_SLACK_BYTES
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING}
-        if self._key is not None:
-            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
-        return headers
+        return {"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING,
+                **key_header(self.api_key_header, self._key)}
 
     def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
         """What the provider did for ``call.idempotency_key``: ``completed`` with the
@@ -297,6 +297,15 @@ class _Answer:
     @property
     def is_redirect(self) -> bool:
         return 300 <= self.status < 400
+
+
+def key_header(name: str, key: SecretStr | None) -> dict[str, str]:
+    """The header that carries ``key``: ``Authorization: Bearer KEY`` (OpenAI and most
+    servers), or the key as it is under any other name (``api-key``: Azure OpenAI)."""
+    if key is None or not key.get_secret_value():
+        return {}
+    value = key.get_secret_value()
+    return {name: f"Bearer {value}" if name.lower() == "authorization" else value}
 
 
 def redirect_fix(url: str, path: str, location: str | None, setting: str) -> str:

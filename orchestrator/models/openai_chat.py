@@ -32,6 +32,7 @@ from broker.errors import ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.http import (
     chat_reply_text,
+    key_header,
     quota_exhausted,
     reasoning_model,
     redirect_fix,
@@ -66,7 +67,7 @@ class OpenAIChatBackend:
                  timeout: float = 120.0, max_retries: int = 3, backoff: float = 1.0,
                  max_backoff: float = 30.0, deadline: float | None = None,
                  temperature: float | None = 0.0, max_tokens: int | None = None,
-                 client: httpx.Client | None = None,
+                 client: httpx.Client | None = None, api_key_header: str = "Authorization",
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -76,6 +77,7 @@ class OpenAIChatBackend:
         self.model = model
         self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \
             else SecretStr(api_key)
+        self.api_key_header = api_key_header
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
@@ -111,7 +113,8 @@ class OpenAIChatBackend:
             "max_backoff": settings.model_max_backoff_seconds,
             "deadline": settings.model_deadline_seconds, **kwargs}
         return cls(base_url=settings.model_base_url, model=name,
-                   api_key=settings.model_api_key, **options)
+                   api_key=settings.model_api_key,
+                   api_key_header=settings.model_api_key_header, **options)
 
     def close(self) -> None:
         self._client.close()
@@ -231,9 +234,7 @@ class OpenAIChatBackend:
     def _headers(self, purpose: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "X-Revise-Purpose": purpose,
                    "Accept-Encoding": ACCEPT_ENCODING}
-        if self._key is not None and self._key.get_secret_value():
-            headers["Authorization"] = f"Bearer {self._key.get_secret_value()}"
-        return headers
+        return headers | key_header(self.api_key_header, self._key)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:

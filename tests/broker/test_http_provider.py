@@ -606,6 +606,27 @@ def test_build_provider_http_routes_and_logs_without_credentials(server, tmp_pat
         ("ok", "dry-run", None)]
 
 
+def test_the_key_goes_in_the_header_the_provider_reads(tmp_path):
+    """Azure OpenAI reads its key from ``api-key``, as it is; a key sent as a bearer token
+    there is refused (and the other way round)."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, key_header="api-key") as azure:
+        settings = Settings(home=tmp_path, provider="http", provider_base_url=azure.base_url,
+                            provider_api_key=FAKE_API_KEY, provider_api_key_header="api-key")
+        with httpx.Client() as client:
+            provider = build_provider(settings, MemoryArtifactStore(), client=client)
+            provider.execute(IMAGE, {"prompt": "fox"}, ctx("a@:0"))
+            provider.execute(lookup("text.generate"), {"prompt": "hi"}, ctx("b@:0"))
+            bearer = build_provider(settings.model_copy(
+                update={"provider_api_key_header": "Authorization"}), MemoryArtifactStore(),
+                client=client)
+            err = _error(bearer.execute, IMAGE, {"prompt": "fox"}, ctx("c@:0"))
+        assert err.provider_code == "auth"
+        sent = [(r.headers.get("api-key"), r.headers.get("authorization"))
+                for r in azure.requests]
+        assert sent == [(FAKE_API_KEY, None), (FAKE_API_KEY, None),
+                        (None, f"Bearer {FAKE_API_KEY}")]
+
+
 def test_build_provider_http_needs_base_url(tmp_path):
     with pytest.raises(ConfigError, match="REVISE_PROVIDER_BASE_URL"):
         build_provider(Settings(home=tmp_path, provider="http"), MemoryArtifactStore())

@@ -98,6 +98,12 @@ def test_a_lookup_path_must_hold_the_key(path: str) -> None:
         Settings(provider_lookup_path=path)
 
 
+@pytest.mark.parametrize("name", ["api key", "", "Authorization:", "x" * 65])
+def test_a_key_header_must_be_a_header_name(name: str) -> None:
+    with pytest.raises(ConfigError, match=r"REVISE_PROVIDER_API_KEY_HEADER: .* header name"):
+        Settings(provider_api_key_header=name)
+
+
 def test_an_empty_lookup_path_is_none() -> None:
     assert Settings(provider_lookup_path="").provider_lookup_path is None
     assert Settings(provider_lookup_path="/r/{key}").provider_lookup_path == "/r/{key}"

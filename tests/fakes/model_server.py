@@ -35,8 +35,8 @@ __all__ = ["FAKE_API_KEY", "ModelServer"]
 
 class ModelServer(FakeOpenAIServer):
     def __init__(self, candidates: Iterable[str] = (), *, api_key: str | None = FAKE_API_KEY,
-                 prefix: str = "/v1") -> None:
-        super().__init__(api_key=api_key, prefix=prefix)
+                 prefix: str = "/v1", key_header: str = "Authorization") -> None:
+        super().__init__(api_key=api_key, prefix=prefix, key_header=key_header)
         self._candidates: deque[str] = deque(candidates)
         self._served = 0
         self._candidate_lock = threading.Lock()

@@ -438,10 +438,14 @@ class _Server(ThreadingHTTPServer):
 
 class FakeOpenAIServer:
     def __init__(self, *, api_key: str | None = None, prefix: str = "/v1",
-                 idempotency: Idempotency = "ignore") -> None:
+                 idempotency: Idempotency = "ignore", key_header: str = "Authorization"
+                 ) -> None:
+        """``key_header``: where the key is expected: ``Authorization`` as a bearer token,
+        any other header (``api-key``: Azure OpenAI) as it is."""
         if idempotency not in ("honour", "ignore"):
             raise ValueError(f"idempotency must be 'honour' or 'ignore', not {idempotency!r}")
         self.api_key = api_key
+        self.key_header = key_header.lower()
         self.prefix = prefix
         self.idempotency = idempotency
         self.requests: list[RecordedRequest] = []
@@ -485,8 +489,9 @@ class FakeOpenAIServer:
             return sum(1 for c in self.charges if prompt is None or c.prompt == prompt)
 
     def _authorized(self, request: RecordedRequest) -> bool:
-        return self.api_key is None or \
-            request.headers.get("authorization") == f"Bearer {self.api_key}"
+        expected = f"Bearer {self.api_key}" if self.key_header == "authorization" \
+            else self.api_key
+        return self.api_key is None or request.headers.get(self.key_header) == expected
 
     def handle(self, request: RecordedRequest) -> Reply:
         key = request.headers.get("idempotency-key")

@@ -155,6 +155,17 @@ def test_http_backend_from_settings() -> None:
     assert (backend.base_url, backend.model) == ("http://127.0.0.1:9/v1", "gpt-test")
 
 
+def test_the_model_key_goes_in_the_header_the_endpoint_reads() -> None:
+    with ModelServer([SCRIPT], key_header="api-key") as server:
+        backend = backend_from_spec("fake-coder", Settings(
+            model_base_url=server.base_url, model_api_key=FAKE_API_KEY,
+            model_api_key_header="api-key"))
+        assert backend.complete(MESSAGES, purpose="repair") == SCRIPT
+        (request,) = server.chat_requests()
+        assert request.headers["api-key"] == FAKE_API_KEY
+        assert "authorization" not in request.headers
+
+
 # ---- OpenAIChatBackend over real HTTP ------------------------------------------------------------
 
 def _backend(server: ModelServer, sleeps: list[float], **kwargs) -> OpenAIChatBackend:
