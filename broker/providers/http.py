@@ -617,6 +617,10 @@ def reasoning_model(model: str) -> bool:
 class OpenAIChatProvider(_OpenAIAdapter):
     """``POST {base_url}/chat/completions`` for text, storyboard and review capabilities."""
 
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._takes_completion_tokens: set[str] = set()  # models that refused max_tokens
+
     def execute(self, capability: Capability, payload: dict,
                 call: CallContext) -> ProviderResult:
         _unsupported(capability, call)
@@ -626,12 +630,23 @@ class OpenAIChatProvider(_OpenAIAdapter):
             messages = _storyboard_messages(payload)
         else:
             messages = _review_messages(payload, self._image_url(payload.get("image")))
-        body: dict[str, Any] = {"model": self._model(payload.get("model", "local-text-1")),
-                                "messages": messages}
-        if "max_tokens" in payload:
-            cap = "max_completion_tokens" if reasoning_model(body["model"]) else "max_tokens"
-            body[cap] = payload["max_tokens"]
-        data = self._post(capability, call, "/chat/completions", body)
+        model = self._model(payload.get("model", "local-text-1"))
+        body: dict[str, Any] = {"model": model, "messages": messages}
+        if "max_tokens" not in payload:
+            return self._answer(capability, payload, call,
+                                self._post(capability, call, "/chat/completions", body))
+        renamed = reasoning_model(model) or model in self._takes_completion_tokens
+        body["max_completion_tokens" if renamed else "max_tokens"] = payload["max_tokens"]
+        try:
+            data = self._post(capability, call, "/chat/completions", body)
+        except CapabilityError as exc:
+            # A model known by another name (an Azure deployment, a router's alias) that
+            # refuses max_tokens: the refusal was free, so it is asked again, once.
+            if renamed or exc.status != 400 or exc.fields.get("param") != "max_tokens":
+                raise
+            self._takes_completion_tokens.add(model)
+            body["max_completion_tokens"] = body.pop("max_tokens")
+            data = self._post(capability, call, "/chat/completions", body)
         return self._answer(capability, payload, call, data)
 
     def _answer(self, capability: Capability, payload: dict, call: CallContext,

@@ -546,6 +546,25 @@ def test_the_token_cap_goes_in_the_field_the_model_takes(server, chat, model, ca
     assert server.requests[-1].body[cap] == 256
 
 
+def test_a_model_that_refuses_max_tokens_under_another_name_is_asked_again(server, chat):
+    """An Azure deployment (or a router's alias) of a reasoning model has a name no rule
+    knows: its free refusal of max_tokens is answered by asking again with
+    max_completion_tokens, once, and later calls ask that way from the start."""
+    server.queue(CHAT, error(400, "Unsupported parameter: 'max_tokens' is not supported with "
+                             "this model. Use 'max_completion_tokens' instead.",
+                             param="max_tokens"))
+    payload = {"prompt": "x", "model": "prod-deployment", "max_tokens": 50}
+    assert chat.execute(lookup("text.generate"), payload, ctx()).result["text"]
+    chat.execute(lookup("text.generate"), payload, ctx("o@:1"))
+    caps = [sorted(set(r.body) & {"max_tokens", "max_completion_tokens"})
+            for r in server.requests_to(CHAT)]
+    assert caps == [["max_tokens"], ["max_completion_tokens"], ["max_completion_tokens"]]
+    assert server.charged() == 2
+    server.queue(CHAT, error(400, "bad temperature", param="temperature"))
+    err = _error(chat.execute, lookup("text.generate"), {**payload, "model": "other"}, ctx())
+    assert err.status == 400 and len(server.requests_to(CHAT)) == 4  # other refusals stand
+
+
 def test_storyboard_plan_parses_json_and_lists(server, chat):
     cap = lookup("storyboard.plan")
     server.queue(CHAT, ok_chat('```json\n{"shots": ["wide", "close", "extra"]}\n```'),
