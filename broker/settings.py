@@ -22,6 +22,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from broker.errors import ConfigError
 
 PREFIX = "REVISE_"
+_REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+socket", "sentinel"})
 POSTGRES_DRIVER = "postgresql+psycopg"
 DATABASE_URL_FORMS = (f"{POSTGRES_DRIVER}://USER:PASSWORD@HOST:5432/DB (postgres:// and "
                       "postgresql:// mean the same), or sqlite:///PATH")
@@ -213,6 +214,21 @@ class Settings(CheckedSettings):
             raise ValueError(f"{path!r} must be a path under the base URL that holds {{key}} "
                              "where the idempotency key goes, e.g. /requests/{key}")
         return path
+
+    @field_validator("redis_url", "celery_broker_url", "celery_result_backend")
+    @classmethod
+    def _redis_url(cls, url: str | None) -> str | None:
+        """Redis is the ledger, the broker and the result backend: another scheme would be
+        found out only when the first job is sent (Celery reads ``http://`` as no broker
+        it knows; the ledger's client refuses it on first use)."""
+        if url is None:
+            return None
+        scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+        if scheme not in _REDIS_SCHEMES:
+            raise ValueError(f"{mask_url(url)!r} is not a Redis URL; write "
+                             "redis://HOST:PORT/DB (rediss:// for TLS, unix:///PATH for a "
+                             "socket)")
+        return url
 
     @field_validator("provider_api_key_header", "model_api_key_header")
     @classmethod

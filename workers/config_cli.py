@@ -3,13 +3,13 @@
 Every field of the run settings (``broker.settings.Settings``), the queue's and Flower's
 (``workers.config``) and the process sandbox's
 (``sandbox.process_profile.ProcessSettings``), with its value and where it came from
-(``env`` or ``default``). Secrets are masked: SecretStr fields and the password inside
-a URL. ``--check`` prints one ``error:`` line per problem (a value a setting refuses,
-such as a database URL that cannot be parsed; settings a role would refuse or start
-degraded with, such as an HTTP provider without its URL or Flower published without
-authentication; a ``REVISE_*`` variable nothing reads, with the nearest real name) and
-exits 2 when there is one. It never connects to the
-database, Redis or a sandbox: it is what to run first when one of them is not found.
+(``env`` or ``default``). Secrets are masked: SecretStr fields and the password inside a
+URL. ``--check`` prints one ``error:`` line per problem (a value a setting refuses, such
+as a database URL that cannot be parsed; settings a role would refuse or start degraded
+with, such as an HTTP provider without its URL, an S3 artifact store without its bucket
+or Flower published without authentication; a ``REVISE_*`` variable nothing reads, with
+the nearest real name) and exits 2 when there is one. It never connects to the database,
+Redis or a sandbox: it is what to run first when one of them is not found.
 
 Registered on the main app by ``register(app)``.
 """
@@ -86,6 +86,7 @@ def effective_settings() -> tuple[list[dict[str, Any]], list[str]]:
 def _role_problems(instances: dict[str, Any]) -> list[str]:
     """What a role would refuse to start with, or start degraded with, that the settings
     alone show (no connection): each line names the role."""
+    from broker.artifact_stores import artifact_store_problem
     from broker.settings import provider_problem
 
     found = []
@@ -93,6 +94,9 @@ def _role_problems(instances: dict[str, Any]) -> list[str]:
         problem = provider_problem(instances["Settings"])
         if problem:
             found.append(f"broker workers would start degraded: {problem}")
+        problem = artifact_store_problem(instances["Settings"])
+        if problem:
+            found.append(f"every role would fail to keep or read an artifact: {problem}")
     if instances.get("FlowerSettings") is not None:
         problem = instances["FlowerSettings"].unauthenticated_problem()
         if problem:

@@ -15,6 +15,7 @@ from typing import Any
 
 from celery.signals import worker_ready
 
+from broker.artifact_stores import artifact_store_problem
 from broker.errors import ReviseError
 from broker.settings import provider_problem
 
@@ -36,6 +37,9 @@ def problems(ctx: Any, roles: set[str]) -> list[str]:
     provider = provider_problem(ctx.settings)
     if "capabilities" in roles and provider is not None:
         found.append(f"provider: {provider}")
+    artifacts = artifact_store_problem(ctx.settings)
+    if artifacts is not None:
+        found.append(f"artifact store: {artifacts}")
     return found
 
 

@@ -104,6 +104,21 @@ def test_a_key_header_must_be_a_header_name(name: str) -> None:
         Settings(provider_api_key_header=name)
 
 
+@pytest.mark.parametrize("url", ["redis://h:6379/0", "rediss://h:6380/1",
+                                 "unix:///run/redis.sock", "sentinel://h:26379"])
+def test_redis_urls_of_every_kind_redis_serves_are_taken(url: str) -> None:
+    assert Settings(redis_url=url, celery_broker_url=url).resolved_broker_url == url
+
+
+@pytest.mark.parametrize(("field", "variable"), [
+    ("redis_url", "REVISE_REDIS_URL"), ("celery_broker_url", "REVISE_CELERY_BROKER_URL"),
+    ("celery_result_backend", "REVISE_CELERY_RESULT_BACKEND")])
+def test_a_redis_url_of_another_scheme_is_refused_at_start(field: str, variable: str) -> None:
+    with pytest.raises(ConfigError, match=rf"{variable}: 'http://u:\*\*\*@h' is not a "
+                                          "Redis URL; write redis://"):
+        Settings(**{field: "http://u:pw@h"})
+
+
 def test_an_empty_lookup_path_is_none() -> None:
     assert Settings(provider_lookup_path="").provider_lookup_path is None
     assert Settings(provider_lookup_path="/r/{key}").provider_lookup_path == "/r/{key}"

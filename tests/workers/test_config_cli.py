@@ -103,3 +103,23 @@ def test_revise_config_check_names_what_a_role_would_refuse(tmp_path: Path) -> N
         "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1",
         "REVISE_FLOWER_ADDRESS": "0.0.0.0", "REVISE_FLOWER_AUTH": "ops:s3cret"})
     assert fixed.returncode == 0 and "s3cret" not in fixed.stdout + fixed.stderr
+
+
+def test_revise_config_check_names_a_redis_url_and_an_s3_store_that_cannot_work(
+        tmp_path: Path) -> None:
+    redis = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_REDIS_URL": "http://ops:s3cret@127.0.0.1:6379/0"})
+    assert redis.returncode == 2 and "s3cret" not in redis.stderr
+    assert redis.stderr.strip().splitlines() == [
+        "error: REVISE_REDIS_URL: 'http://ops:***@127.0.0.1:6379/0' is not a Redis URL; "
+        "write redis://HOST:PORT/DB (rediss:// for TLS, unix:///PATH for a socket)"]
+    s3 = _revise("config", "--check", tmp_path=tmp_path, env={"REVISE_ARTIFACT_STORE": "s3"})
+    assert s3.returncode == 2
+    assert s3.stderr.strip().splitlines() == [
+        "error: every role would fail to keep or read an artifact: REVISE_ARTIFACT_STORE=s3 "
+        "needs a bucket: set REVISE_S3_BUCKET (and REVISE_S3_ENDPOINT_URL for a non-AWS "
+        "endpoint), or choose REVISE_ARTIFACT_STORE=file|database"]
+    fixed = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_REDIS_URL": "rediss://127.0.0.1:6379/0", "REVISE_ARTIFACT_STORE": "s3",
+        "REVISE_S3_BUCKET": "shots"})
+    assert fixed.returncode == 0, fixed.stderr

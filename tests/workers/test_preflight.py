@@ -16,6 +16,7 @@ def test_a_worker_whose_store_does_not_answer_says_so_in_one_line(make_stack) ->
     stack = make_stack()
     stack.env["REVISE_DATABASE_URL"] = "postgresql+psycopg://postgres@127.0.0.1:1/nowhere"
     stack.env["REVISE_PROVIDER"] = "http"
+    stack.env["REVISE_ARTIFACT_STORE"] = "s3"
     stack.worker("capabilities", concurrency=1)
     stack.wait_ready(120)
     log = stack.tmp_path / "capabilities0.log"
@@ -23,7 +24,8 @@ def test_a_worker_whose_store_does_not_answer_says_so_in_one_line(make_stack) ->
                               if "preflight:" in line], 60, "the preflight lines")
     assert any("run store" in line and "127.0.0.1:1" in line for line in lines), lines
     assert any("REVISE_PROVIDER_BASE_URL" in line for line in lines), lines
-    assert len(lines) == 2 and "Traceback" not in log.read_text()
+    assert any("artifact store" in line and "REVISE_S3_BUCKET" in line for line in lines)
+    assert len(lines) == 3 and "Traceback" not in log.read_text()
 
 
 def test_a_healthy_worker_says_it_is_ready(make_stack) -> None:
