@@ -54,7 +54,7 @@ class ProviderTerms:
 @dataclass(frozen=True)
 class ChargeVerdict:
     charge: Charge
-    wait_seconds: float = 0.0  # before asking again (rate limited)
+    wait_seconds: float = 0.0  # before asking again: the Retry-After it came with
 
 
 def charge_of(error: CapabilityError, terms: ProviderTerms) -> ChargeVerdict:
@@ -65,7 +65,11 @@ def charge_of(error: CapabilityError, terms: ProviderTerms) -> ChargeVerdict:
         return ChargeVerdict(Charge.RATE_LIMITED, retry_after(error.retry_after))
     maybe = (isinstance(status, int) and (status >= 500 or status in (408, 409))) \
         or code in MAYBE_CHARGED_CODES
-    return ChargeVerdict(Charge.MAYBE if maybe and terms.charges_on_failure else Charge.FREE)
+    if not (maybe and terms.charges_on_failure):
+        return ChargeVerdict(Charge.FREE)
+    # A 503 may say when to come back; asked again under its key, it is asked then.
+    asked = retry_after(error.retry_after) if error.retry_after is not None else 0.0
+    return ChargeVerdict(Charge.MAYBE, asked)
 
 
 def retry_after(value: object) -> float:

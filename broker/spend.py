@@ -241,7 +241,8 @@ class Spender:
                     self.gate.cool_down(capability.provider, verdict.wait_seconds)
                     self.gate.wait(capability.provider)
                 else:
-                    time.sleep(min(0.2 * 2 ** round_, 2.0))
+                    time.sleep(min(max(0.2 * 2 ** round_, verdict.wait_seconds),
+                                   RATE_LIMIT_WAIT_CAP))
             except Exception as exc:
                 # We cannot tell whether the provider completed: fail closed, never retry.
                 log.exception("provider failed at %s in run %s", attempt.identity,

@@ -157,6 +157,22 @@ def test_a_charged_5xx_is_answered_under_its_key_where_keys_are_honoured(make_ha
         assert server.charged() == 1
 
 
+def test_a_charged_503_is_asked_again_when_it_says_where_keys_are_honoured(make_harness
+                                                                          ) -> None:
+    """An overloaded provider's 503 says when to come back: asked again under its key, it
+    is asked then, not 0.2 s later."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        def overloaded(request, server):
+            reply = charge_then_error(503)(request, server)
+            reply.headers["Retry-After"] = "2"
+            return reply
+        server.queue(IMAGES, overloaded)
+        harness = _harness(make_harness, server, honours=True)
+        assert _run(harness, ONE)["status"] == "succeeded"
+        first, again = server.requests_to(IMAGES)
+        assert again.at - first.at >= 2.0 and server.charged() == 1
+
+
 def test_a_late_completion_is_answered_under_its_key_where_keys_are_honoured(
         make_harness) -> None:
     with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
