@@ -591,6 +591,18 @@ def chat_reply_text(content: Any) -> str:
     return json.dumps(content, sort_keys=True)
 
 
+def _how_it_ended(choice: dict[str, Any]) -> dict[str, Any]:
+    """Why the model stopped (``length``: cut at the token cap; ``content_filter``) and the
+    refusal it gave instead of content, if any: a script tells a whole answer from a cut
+    one or a refusal (whose content is empty) by them."""
+    finish = choice.get("finish_reason")
+    ended: dict[str, Any] = {"finish_reason": finish if isinstance(finish, str) else None}
+    refusal = choice["message"].get("refusal")
+    if isinstance(refusal, str) and refusal:
+        ended["refusal"] = refusal
+    return ended
+
+
 Shaper = Callable[[str, dict], dict[str, Any] | None]
 _SHAPERS: dict[str, Shaper] = {"text.generate": lambda reply, _p: {"text": reply},
                                "storyboard.plan": _parse_storyboard,
@@ -654,7 +666,8 @@ class OpenAIChatProvider(_OpenAIAdapter):
         _unsupported(capability, call)
         shaper = _SHAPERS[capability.name]
         try:
-            reply = data["choices"][0]["message"]["content"]
+            choice = data["choices"][0]
+            reply = choice["message"]["content"]
         except (KeyError, IndexError, TypeError):
             raise _bad_response(capability, call,
                                 "expected choices[0].message.content") from None
@@ -662,6 +675,8 @@ class OpenAIChatProvider(_OpenAIAdapter):
         if result is None:
             raise _bad_response(capability, call, f"could not read a {capability.name} "
                                 "result from the model's reply")
+        if capability.name == "text.generate":
+            result |= _how_it_ended(choice)
         counts = _counts(data)
         return ProviderResult(result=result, cost=capability.unit_price,
                               usage={"prompt_tokens": counts.get("prompt_tokens", 0),

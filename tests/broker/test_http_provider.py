@@ -460,7 +460,7 @@ def test_a_lone_surrogate_in_an_answer_becomes_a_replacement_character(server, c
     hold: it is replaced wherever it lands, in the answer or in the reply's own JSON."""
     server.queue(CHAT, ok_chat("a \ud800 b \U0001f600"))
     out = chat.execute(lookup("text.generate"), {"prompt": "x"}, ctx())
-    assert out.result == {"text": "a \ufffd b \U0001f600"}
+    assert out.result["text"] == "a \ufffd b \U0001f600"
     server.queue(CHAT, ok_chat('{"shots": ["one \\udc00", "two"]}'))
     out = chat.execute(lookup("storyboard.plan"), {"brief": "b", "shots": 2}, ctx())
     assert out.result == {"shots": ["one \ufffd", "two"]}
@@ -510,7 +510,7 @@ def test_text_generate(server, chat):
     server.queue(CHAT, ok_chat("Hello there.", prompt_tokens=3, completion_tokens=2))
     out = chat.execute(lookup("text.generate"),
                        {"prompt": "greet", "system": "be brief", "max_tokens": 10}, ctx())
-    assert out.result == {"text": "Hello there."}
+    assert out.result == {"text": "Hello there.", "finish_reason": "stop"}
     assert out.usage == {"prompt_tokens": 3, "completion_tokens": 2}
     (request,) = server.requests
     assert request.path == CHAT
@@ -518,6 +518,19 @@ def test_text_generate(server, chat):
                                         {"role": "user", "content": "greet"}]
     assert request.body["max_tokens"] == 10
     assert request.headers["idempotency-key"] == ctx().idempotency_key
+
+
+@pytest.mark.parametrize(("choice", "ended"), [
+    ({"finish_reason": "length", "message": {"content": "Once upon a"}},
+     {"text": "Once upon a", "finish_reason": "length"}),
+    ({"finish_reason": "stop", "message": {"content": None, "refusal": "I can't help."}},
+     {"text": "", "finish_reason": "stop", "refusal": "I can't help."}),
+    ({"message": {"content": "hi", "refusal": None}}, {"text": "hi", "finish_reason": None}),
+], ids=["cut at the cap", "a refusal", "no reason given"])
+def test_a_text_says_how_the_model_ended_it(server, chat, choice, ended):
+    """A refusal comes with empty content: the text alone reads as an empty answer."""
+    server.queue(CHAT, lambda request, server: Reply(200, {"choices": [choice]}))
+    assert chat.execute(lookup("text.generate"), {"prompt": "x"}, ctx()).result == ended
 
 
 @pytest.mark.parametrize("content, text", [
@@ -529,8 +542,8 @@ def test_a_reply_in_content_parts_is_its_text(server, chat, content, text):
     "[{'type': 'text', ...}]": the script got that as its paid text."""
     server.queue(CHAT, lambda request, server: Reply(
         200, {"choices": [{"message": {"role": "assistant", "content": content}}]}))
-    assert chat.execute(lookup("text.generate"), {"prompt": "x"}, ctx()).result == \
-        {"text": text}
+    assert chat.execute(lookup("text.generate"), {"prompt": "x"}, ctx()).result["text"] == \
+        text
 
 
 @pytest.mark.parametrize("model, cap", [
