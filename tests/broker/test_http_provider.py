@@ -455,6 +455,22 @@ def test_usage_keeps_only_its_numbers(server, images, chat, usage, kept):
     assert out.usage["completion_tokens"] == (2 if isinstance(usage, dict) else 0)
 
 
+def test_an_integer_longer_than_python_reads_never_makes_a_paid_answer_unusable(
+        server, images, store):
+    """Python reads at most 4300 digits into an int: one longer number in the answer made
+    all of it "not JSON", a paid picture uncertain. It stays its digits (then left out
+    of the usage, which keeps numbers only)."""
+    image = ok_image()
+
+    def huge(request, server):
+        body = json.dumps({**image(request, server).body, "usage": {"total_tokens": 0}})
+        return Reply(200, None, raw=body.replace('"total_tokens": 0',
+                                                 '"total_tokens": ' + "9" * 5000).encode())
+    server.queue(IMAGES, huge)
+    out = images.execute(IMAGE, {"prompt": "fox"}, ctx())
+    assert store.exists(out.result["artifact"]["id"]) and out.usage == {"images": 1}
+
+
 def test_a_lone_surrogate_in_an_answer_becomes_a_replacement_character(server, chat):
     """JSON may escape half a surrogate pair, which no UTF-8 text (a hash, a store) can
     hold: it is replaced wherever it lands, in the answer or in the reply's own JSON."""
