@@ -233,7 +233,7 @@ def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     try:
         persisted = services.store.latest_certificate(run_id)
         if persisted is None:
-            raise InputError(f"run {run_id!r} has no certificate yet; run it first")
+            raise _no_certificate(services.store, run_id)
         cert = verify(persisted.digest, persisted.entries, services.store.list_slots(run_id))
         certified = next((r for r in services.store.list_revisions(run_id)
                           if r.revision == persisted.revision), None)
@@ -246,6 +246,23 @@ def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
             "relocations": relocations_of(certified.summary if certified else None)}
     emit(as_json, data, lambda c: render.certificate(c, data))
     raise typer.Exit(EXIT_OK if not cert.differences else EXIT_FAILED)
+
+
+def _no_certificate(store: Any, run_id: str) -> Exception:
+    from broker.errors import RunNotFound
+    from broker.records import RevisionStatus
+
+    if store.get_run(run_id) is None:
+        return RunNotFound(f"no run {run_id!r}; `revise runs` lists the known runs",
+                           run_id=run_id)
+    revisions = store.list_revisions(run_id)
+    running = [r.revision for r in revisions if r.status is RevisionStatus.RUNNING]
+    if running:
+        return InputError(f"run {run_id!r} has no certificate yet: its revision "
+                          f"{running[-1]} is still running")
+    return InputError(f"run {run_id!r} has no certificate: none of its revisions ran "
+                      "(each was refused before anything was spent; `revise show "
+                      f"{run_id}` says why)")
 
 
 @app.command("orphans")

@@ -170,3 +170,17 @@ def test_sandbox_build_without_a_docker_engine_names_the_process_sandbox(tmp_pat
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("error: no Docker engine answers") and line.endswith(
         "or set REVISE_SANDBOX=process"), line
+
+
+def test_a_run_without_a_certificate_says_why(revise, tmp_path: Path) -> None:
+    """A run every revision of which the checker refused has no certificate (nothing ran);
+    an unknown run is no run at all. Neither is 'run it first'."""
+    unbounded = tmp_path / "unbounded.py"
+    unbounded.write_text("async def orchestrate(ctx, args):\n"
+                         "    for i in range(args['n']):\n"
+                         "        await ctx.run('image.generate', {'prompt': str(i)})\n")
+    revise("run", str(unbounded), "--run-id", "refused", code=1)
+    _, _, refused = revise("certificate", "refused", code=2)
+    assert "none of its revisions ran" in refused and "revise show refused" in refused
+    _, _, unknown = revise("certificate", "nowhere", code=1)
+    assert "no run 'nowhere'" in unknown
