@@ -365,7 +365,7 @@ def reconcile_cmd(
     finally:
         services.close()
     def human(c: Any) -> None:
-        c.print(f"{data['decision']} attempt #{data['attempt_id']} at {data['identity']}; "
+        c.print(f"{data['decision']} attempt #{data['attempt_number']} at {data['identity']}; "
                 f"{data['open_attempts_left']} open attempt(s) left in {run_id}")
         if data.get("warning"):
             c.print(f"[yellow]warning:[/] {render.escape(data['warning'])}")

@@ -179,7 +179,7 @@ def _attempts(view: dict[str, Any]) -> str:
     parts = []
     for a in items:
         commands = "\n".join(a.get("commands", []))
-        parts.append(f"<p>attempt #{_e(a['id'])} at <code>{_e(a['identity'])}</code> is "
+        parts.append(f"<p>attempt #{_e(a['number'])} at <code>{_e(a['identity'])}</code> is "
                      f"<b>{_e(a['status'])}</b> (owner <code>{_e(a['owner'])}</code>). "
                      "Decide with one of:</p>" f"<pre>{_e(commands)}</pre>")
     return "".join(parts)

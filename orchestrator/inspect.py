@@ -90,8 +90,8 @@ def describe_run(store: RunStore, run_id: str, *, artifacts_in: str | None = Non
                    "revision": s.revision, "digest": s.digest, "cost": s.cost,
                    "result_summary": _summary(s)} for s in slots],
         "artifacts": _artifacts(slots, artifacts_in),
-        "attempts_open": [{"id": a.id, "identity": str(a.identity), "status": str(a.status),
-                           "owner": a.owner} for a in attempts
+        "attempts_open": [{"id": a.id, "number": a.number, "identity": str(a.identity),
+                           "status": str(a.status), "owner": a.owner} for a in attempts
                           if a.status in RECONCILABLE_ATTEMPT_STATUSES],
         "events": [{"time": e.created_at.isoformat(), "revision": e.revision, "kind": e.kind,
                     "identity": e.identity, "message": e.message} for e in events],

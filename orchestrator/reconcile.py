@@ -346,7 +346,8 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
         store.set_run_status(run_id, RunStatus.STOPPED,
                              "reconciled; run the script again on this run id to continue")
     data = {"run_id": run_id, "identity": str(ident), "decision": decided.status.value,
-            "attempt_id": attempt.id, "operator": operator, "reason": reason,
+            "attempt_id": attempt.id, "attempt_number": attempt.number,
+            "operator": operator, "reason": reason,
             "open_attempts_left": len(remaining)}
     if result is _UNSET and attempt.sent_at is not None:
         data["warning"] = (

@@ -241,7 +241,7 @@ def show(c: Console, data: dict[str, Any]) -> None:
     if data["attempts_open"]:
         c.print("[magenta]open attempts[/] (need `revise reconcile`):")
         for a in data["attempts_open"]:
-            c.print(f"  #{a['id']} {a['identity']} {a['status']} owner {a['owner']}")
+            c.print(f"  #{a['number']} {a['identity']} {a['status']} owner {a['owner']}")
     if data["events"]:
         events = Table()
         for header in ("time", "rev", "event"):

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rich.console import Console
+
 from broker.catalog import CATALOG
 from broker.envelope import Envelope
 from broker.settings import SandboxKind, Settings
+from orchestrator import render
 from orchestrator.embedded import open_services
+from orchestrator.html_report import render_html
 from orchestrator.inspect import describe_run, report_view
 from sandbox.runner import ProcessRunner
 from tests.fakes.openai_server import (
@@ -62,3 +66,38 @@ def test_a_free_refusal_costs_nothing_and_a_charged_failure_is_paid(tmp_path: Pa
         ("executed", PRICE), ("failed", 0.0), ("failed", PRICE)]
     # Run from scratch, the three calls cost what they cost here: nothing was saved.
     assert view["rerun"] == {"cost": round(2 * PRICE, 6), "saved": 0.0}
+
+
+ONE_SHOT = '''
+async def orchestrate(ctx, args):
+    return await ctx.run("image.generate", {"prompt": "a charged shot"})
+'''
+
+
+def test_an_open_attempt_has_one_number_everywhere_it_is_named(tmp_path: Path) -> None:
+    """The error that stops the next submit, `revise show`, the report page and `revise
+    attempts` (its # column) name an uncertain attempt by the same number; show and the
+    page used to give its row id."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, ok_image(), charge_then_error(500))
+        settings = Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS,
+                            provider="http", provider_base_url=server.base_url,
+                            provider_api_key=FAKE_API_KEY, provider_timeout_seconds=5)
+        services = open_services(settings, runner=ProcessRunner())
+        try:
+            services.pipeline().run("first", ONE_SHOT, {}, Envelope())  # row id 1
+            services.pipeline().run("money", ONE_SHOT.replace("a charged", "another"), {},
+                                    Envelope())
+            stopped = services.pipeline().run("money", ONE_SHOT.replace(
+                "a charged", "another"), {}, Envelope()).to_json()
+            (attempt,) = services.store.list_attempts("money")
+            console = Console(record=True, width=200)
+            shown = describe_run(services.store, "money")
+            render.show(console, shown)
+            page = render_html(report_view(services.store, "money"))
+        finally:
+            services.close()
+    assert (attempt.id, attempt.number) == (2, 0)
+    assert "(attempt #0)" in stopped["error"]["message"]
+    assert "  #0 orchestrate/#0@:0 uncertain" in console.export_text()
+    assert "attempt #0 at" in page and "attempt #2" not in page
