@@ -35,6 +35,7 @@ from broker.identity import Identity, canonical_json, sha256_hex
 from broker.prefix import Prefix
 from broker.records import (
     COMMITTED_ATTEMPT_STATUSES,
+    RECONCILABLE_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
     RevisionEnd,
@@ -325,6 +326,7 @@ class Pipeline:
             executed=len(sent),
             succeeded=sum(1 for a in sent if a.status in COMMITTED_ATTEMPT_STATUSES),
             failed=sum(1 for a in sent if a.status is AttemptStatus.FAILED),
+            uncertain=sum(1 for a in sent if a.status in RECONCILABLE_ATTEMPT_STATUSES),
             replayed=replayed, denied=denied), round(spend, 6)
 
     def _status(self, report: RunReport, result: SessionResult) -> RunStatus:

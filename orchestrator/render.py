@@ -84,8 +84,10 @@ def run_report(c: Console, report: dict[str, Any]) -> None:
     c.print(f"run [bold]{report['run_id']}[/] revision {report['revision']}: "
             f"{_status(report['status'])}")
     calls = report["calls"]
+    undecided = f", uncertain {calls['uncertain']}" if calls.get("uncertain") else ""
     c.print(f"  provider calls {calls['executed']} (succeeded {calls['succeeded']}, failed "
-            f"{calls['failed']}), replayed {calls['replayed']}, denied {calls['denied']}")
+            f"{calls['failed']}{undecided}), replayed {calls['replayed']}, denied "
+            f"{calls['denied']}")
     if report.get("violations"):
         for v in report["violations"]:
             c.print(f"  [red]{v['rule']}[/] line {v['line']}: {escape(v['message'])}")

@@ -45,6 +45,7 @@ class CallCounts(_Model):
     executed: int = 0  # provider dispatch attempts, rejected ones included
     succeeded: int = 0
     failed: int = 0
+    uncertain: int = 0  # maybe charged, its outcome unknown: an operator decides
     replayed: int = 0  # committed results served without a provider call
     denied: int = 0
 

@@ -86,8 +86,8 @@ def test_an_open_attempt_has_one_number_everywhere_it_is_named(tmp_path: Path) -
         services = open_services(settings, runner=ProcessRunner())
         try:
             services.pipeline().run("first", ONE_SHOT, {}, Envelope())  # row id 1
-            services.pipeline().run("money", ONE_SHOT.replace("a charged", "another"), {},
-                                    Envelope())
+            charged = services.pipeline().run("money", ONE_SHOT.replace(
+                "a charged", "another"), {}, Envelope()).to_json()
             stopped = services.pipeline().run("money", ONE_SHOT.replace(
                 "a charged", "another"), {}, Envelope()).to_json()
             (attempt,) = services.store.list_attempts("money")
@@ -99,5 +99,6 @@ def test_an_open_attempt_has_one_number_everywhere_it_is_named(tmp_path: Path) -
             services.close()
     assert (attempt.id, attempt.number) == (2, 0)
     assert "(attempt #0)" in stopped["error"]["message"]
+    assert charged["calls"]["uncertain"] == 1 and charged["calls"]["failed"] == 0
     assert "  #0 orchestrate/#0@:0 uncertain" in console.export_text()
     assert "attempt #0 at" in page and "attempt #2" not in page

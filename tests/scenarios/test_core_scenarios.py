@@ -45,6 +45,7 @@ def test_fanout_failure_repair_costs_n_plus_one(harness: Harness, width: int) ->
     assert first["status"] == "failed"
     assert first["error"]["type"] == "CapabilityError"
     assert first["calls"] == {"executed": width, "succeeded": width - 1, "failed": 1,
+                              "uncertain": 0,
                               "replayed": 0, "denied": 0}
 
     repair = harness.run("fanout_repaired", args=args)

@@ -41,7 +41,8 @@ def test_unknown_model_404_then_repair_outside_the_call(make_harness, server) ->
     first = harness.run("http_model_v1")
     assert first["status"] == "failed"
     assert first["error"]["code"] == "model_not_found"
-    assert first["calls"] == {"executed": 2, "succeeded": 1, "failed": 1, "replayed": 0,
+    assert first["calls"] == {"executed": 2, "succeeded": 1, "failed": 1,
+                              "uncertain": 0, "replayed": 0,
                               "denied": 0}
     committed_slot = harness.services.store.list_slots("run-1")[0]
     committed = committed_slot.result["artifact"]["id"]

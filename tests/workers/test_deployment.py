@@ -55,7 +55,8 @@ def test_core_scenario_through_the_queue_matches_embedded(make_stack, tmp_path) 
     reports = [stack.client.submit(script(name), SHOTS, Envelope(), "run-1").wait(60)
                for name in ("fanout_v1", "fanout_repaired", "fanout_edited")]
     first, repair, edited = reports
-    assert first["calls"] == {"executed": 4, "succeeded": 3, "failed": 1, "replayed": 0,
+    assert first["calls"] == {"executed": 4, "succeeded": 3, "failed": 1,
+                              "uncertain": 0, "replayed": 0,
                               "denied": 0}
     assert (repair["status"], repair["calls"]["replayed"], repair["calls"]["executed"]) == (
         "succeeded", 3, 1)

@@ -45,7 +45,8 @@ def test_revise_submit_wait_json_prints_the_run_json(make_stack, tmp_path) -> No
     assert first.returncode == 1, first.stderr
     report = json.loads(first.stdout)
     assert report["status"] == "failed"
-    assert report["calls"] == {"executed": 4, "succeeded": 3, "failed": 1, "replayed": 0,
+    assert report["calls"] == {"executed": 4, "succeeded": 3, "failed": 1,
+                               "uncertain": 0, "replayed": 0,
                                "denied": 0}
     repair = subprocess.run([*command, str(SCRIPTS / "fanout_repaired.py")], cwd=ROOT,
                             env=stack.env, capture_output=True, text=True, timeout=90)
