@@ -446,9 +446,13 @@ class OpenAIImagesProvider(_OpenAIAdapter):
                      data: dict[str, Any]) -> tuple[ArtifactRef, bytes]:
         try:
             item = data["data"][0]
-            url = item.get("url") if "b64_json" not in item else None
-            image = _base64(item["b64_json"]) if url is None else \
-                self._fetch_image(capability, call, str(url))
+            encoded, url = item.get("b64_json"), item.get("url")  # the other one may be null
+            if isinstance(encoded, str) and encoded:
+                image = _base64(encoded)
+            elif isinstance(url, str) and url:
+                image = self._fetch_image(capability, call, url)
+            else:
+                raise ValueError("neither")
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             # binascii.Error is a ValueError
             raise _bad_response(capability, call, "expected data[0].b64_json with base64 "

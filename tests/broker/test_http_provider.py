@@ -300,9 +300,11 @@ def test_an_image_on_another_host_is_fetched_without_the_key(server, store):
 
 
 def test_a_data_url_image_is_read_in_place(server, images, store):
+    """Next to a null b64_json too (servers that send both fields, one of them empty)."""
     image = png.render(b"data", 4)
     url = "data:image/png;base64," + base64.b64encode(image).decode()
-    server.queue(IMAGES, lambda request, server: Reply(200, {"data": [{"url": url}]}))
+    server.queue(IMAGES, lambda request, server: Reply(
+        200, {"data": [{"b64_json": None, "url": url}]}))
     out = images.execute(IMAGE, {"prompt": "fox"}, ctx())
     assert store.get(out.result["artifact"]["id"]) == image
 
