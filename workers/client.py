@@ -218,6 +218,7 @@ class JobHandle:
         deadline = None if timeout is None else time.monotonic() + timeout
         delay, said, last_status = 0.01, 0.0, "queued"
         watched, shown = 0.0, ""
+        redis_away = False  # seen gone during this wait: no broadcast is asked then
 
         def tell(why: str) -> None:  # at most every 5 s
             nonlocal said
@@ -242,17 +243,48 @@ class JobHandle:
                     raise  # the dispatcher's final answer, not an outage seen from here
                 tell(f"was {last_status}; still waiting, because {exc.message}")
                 delay = 1.0
+                redis_away = redis_away or isinstance(exc, QueueUnavailable)
             if deadline is not None and time.monotonic() >= deadline:
                 waited = deadline - since  # the caller's whole wait, not what was left
                 raise TimeoutError(f"job {self.job_id} (run {self.run_id}) is still "
                                    f"{last_status} after {waited:.0f} s (as far as could be "
-                                   f"told); wait again or check `revise show {self.run_id}`")
+                                   f"told){'' if redis_away else self._unserved(last_status)}"
+                                   "; wait again or check "
+                                   f"`revise show {self.run_id}`")
             try:
                 self._nap(delay)
             except QueueUnavailable as exc:
                 tell(f"is {last_status}; still waiting (on the store alone), because "
                      f"{exc.message}")
+                redis_away = True
             delay = min(delay * 1.5, 0.25) if delay < 1.0 else 0.25
+
+    def _unserved(self, status: str) -> str:
+        """What a job that waits too long may wait for: no worker of this stack (its
+        queue prefix) on a queue it needs, as its workers answer a 1 s broadcast."""
+        roles = {QUEUED: ("dispatch",), RUNNING: ("sandbox", "capabilities")}.get(status, ())
+        if not roles:
+            return ""
+        import redis
+
+        app = self.client.app
+        try:  # a broadcast waits out a Redis that is away; a ping of 1 s does not
+            redis.Redis.from_url(self.client.settings.resolved_broker_url, socket_timeout=1,
+                                 socket_connect_timeout=1).ping()
+            replies = app.control.inspect(timeout=1.0).active_queues() or {}
+        except Exception:  # Redis away: the wait said so already; nothing more to tell
+            return ""
+        consumed = {queue.get("name") for queues in replies.values() for queue in queues}
+        missing = [app.routing.queue(role) for role in roles
+                   if app.routing.queue(role) not in consumed]
+        if not missing:
+            return ""
+        prefix = app.routing.prefix
+        return (f"; no worker consumes {' or '.join(missing)}: start the stack (`honcho "
+                "start`), its workers with the same REVISE_CELERY_QUEUE_PREFIX "
+                f"({prefix!r})" if prefix else
+                f"; no worker consumes {' or '.join(missing)}: start the stack (`honcho "
+                "start`), its workers without REVISE_CELERY_QUEUE_PREFIX")
 
     def _nap(self, seconds: float) -> None:
         """Wait for the next look at the store: on the sandbox task's result once the job

@@ -136,3 +136,31 @@ def test_a_wait_through_a_redis_outage_keeps_its_timeout_and_says_why(tmp_path: 
         redis.close()
     assert lines and "still waiting (on the store alone)" in lines[0], lines
     assert f"127.0.0.1:{redis.port}" in lines[0] and "listening for the end" in lines[0]
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_a_job_nobody_serves_says_which_queue_has_no_worker(make_stack) -> None:
+    """The operator's first hour: the stack is not started, or was started with another
+    queue prefix. A wait that runs out names the queue no worker of this stack consumes,
+    and stays quiet about the ones that have one."""
+    from broker.envelope import Envelope
+
+    stack = make_stack()
+    script = "async def orchestrate(ctx, args):\n    return 1\n"
+    queued = stack.client.submit(script, {}, Envelope(), "nobody")
+    with pytest.raises(TimeoutError) as nobody:
+        queued.wait(2)
+    assert f"no worker consumes {stack.prefix}dispatch: start the stack" in str(nobody.value)
+    assert repr(stack.prefix) in str(nobody.value)
+    stack.worker("dispatch", concurrency=1)
+    stack.wait_ready(120)
+    with pytest.raises(TimeoutError) as no_sandbox:
+        queued.wait(5)
+    assert "still running" in str(no_sandbox.value)
+    assert (f"no worker consumes {stack.prefix}sandbox or {stack.prefix}capabilities"
+            in str(no_sandbox.value))
+    stack.worker("sandbox", concurrency=2)
+    stack.worker("capabilities", concurrency=2)
+    stack.wait_ready(120)
+    assert queued.wait(120)["status"] == "succeeded"
