@@ -146,6 +146,11 @@ class _OpenAIAdapter(ABC):
         data = _json_body(answer.body)
         if data is None:
             raise _bad_response(capability, call, "the response body is not a JSON object")
+        if isinstance(data.get("error"), dict) and not ({"data", "choices"} & data.keys()):
+            # Some gateways answer an upstream failure with 200 and an error object: its
+            # words, not "no image in the answer"; it may still have been charged.
+            detail, _ = self._error_detail(answer)
+            raise _bad_response(capability, call, f"HTTP 200 carrying an error: {detail}")
         return data
 
     def _timeout(self, call: CallContext) -> float:

@@ -335,6 +335,16 @@ def test_an_image_address_answering_an_error_is_a_paid_unusable_answer(server, i
     assert charge_of(err, ProviderTerms()).charge is Charge.MAYBE
 
 
+def test_an_error_answered_with_200_is_named_and_maybe_charged(server, images):
+    """Some gateways pass an upstream failure on as 200 with an error object."""
+    server.queue(IMAGES, lambda request, server: Reply(200, {"error": {
+        "message": "upstream timed out", "type": "server_error"}}))
+    err = _error(images.execute, IMAGE, {"prompt": "fox"}, ctx())
+    assert err.provider_code == "bad_response"
+    assert "HTTP 200 carrying an error: upstream timed out" in err.message
+    assert charge_of(err, ProviderTerms()).charge is Charge.MAYBE
+
+
 def test_an_answer_still_arriving_at_the_timeout_is_a_timeout(server, store):
     """Every 16-byte piece comes well within the read timeout, the whole answer does not:
     the call ends at its timeout, and the provider (which did the work) may have charged."""
