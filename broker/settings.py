@@ -10,6 +10,7 @@ read at all (and which are misspelt) is known only above every layer, in
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from enum import StrEnum
@@ -22,6 +23,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from broker.errors import ConfigError
 
 PREFIX = "REVISE_"
+_HEADER_NAME = r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}"  # RFC 9110 token, of a sane length
 _REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "redis+socket", "sentinel"})
 POSTGRES_DRIVER = "postgresql+psycopg"
 DATABASE_URL_FORMS = (f"{POSTGRES_DRIVER}://USER:PASSWORD@HOST:5432/DB (postgres:// and "
@@ -143,6 +145,10 @@ class Settings(CheckedSettings):
     provider: str = Field(default="local", description="local | http")
     provider_base_url: str | None = None
     provider_api_key: SecretStr | None = None
+    provider_headers: SecretStr | None = Field(
+        default=None, description="more headers every provider request carries, as a JSON "
+        "object of name: value (a gateway's own key, e.g. {\"Helicone-Auth\": \"Bearer "
+        "...\"}); masked like a key")
     provider_api_key_header: str = Field(
         default="Authorization", description="the header that carries the provider's key: "
         "Authorization sends 'Bearer KEY'; any other name (api-key for Azure OpenAI) sends "
@@ -163,6 +169,9 @@ class Settings(CheckedSettings):
         "--from-provider`)")
     model_base_url: str | None = None
     model_api_key: SecretStr | None = None
+    model_headers: SecretStr | None = Field(
+        default=None, description="more headers every model request carries, as "
+        "REVISE_PROVIDER_HEADERS")
     model_api_key_header: str = Field(
         default="Authorization", description="the header that carries the model endpoint's "
         "key, as REVISE_PROVIDER_API_KEY_HEADER")
@@ -233,10 +242,18 @@ class Settings(CheckedSettings):
     @field_validator("provider_api_key_header", "model_api_key_header")
     @classmethod
     def _header_name(cls, name: str) -> str:
-        if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}", name):
+        if not re.fullmatch(_HEADER_NAME, name):
             raise ValueError(f"{name!r} is not an HTTP header name (letters, digits and "
                              "-, e.g. Authorization or api-key)")
         return name
+
+    @field_validator("provider_headers", "model_headers")
+    @classmethod
+    def _headers(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value().strip():
+            return None
+        header_map(value)  # refuses what is not a JSON object of header names to text
+        return value
 
     @field_validator("home", "sandbox_pin")
     @classmethod
@@ -348,6 +365,33 @@ def env_names(settings_class: type[BaseSettings]) -> list[str]:
 
 
 # ---- problems between settings: what a role would refuse or start degraded with --------
+
+
+# Headers Revise itself sets on a request (or the HTTP client does): never a setting's.
+_OWN_HEADERS = frozenset({"idempotency-key", "content-type", "content-length", "host",
+                          "accept-encoding", "transfer-encoding"})
+
+
+def header_map(value: SecretStr | None) -> dict[str, str]:
+    """The headers of REVISE_PROVIDER_HEADERS / REVISE_MODEL_HEADERS (ValueError naming
+    what is wrong, never the values: they may be keys)."""
+    if value is None:
+        return {}
+    try:
+        parsed = json.loads(value.get_secret_value())
+    except ValueError:
+        raise ValueError('is not JSON; write an object such as {"X-Gateway-Key": "..."}'
+                         ) from None
+    if not isinstance(parsed, dict):
+        raise ValueError('is not a JSON object; write {"Header-Name": "value", ...}')
+    for name, text in parsed.items():
+        if not re.fullmatch(_HEADER_NAME, name):
+            raise ValueError(f"{name!r} is not an HTTP header name")
+        if name.lower() in _OWN_HEADERS:
+            raise ValueError(f"{name!r} is set by Revise itself; leave it out")
+        if not isinstance(text, str) or any(c in text for c in "\r\n\0"):
+            raise ValueError(f"the value of {name!r} is not one line of text")
+    return parsed
 
 
 def provider_problem(settings: Settings) -> str | None:

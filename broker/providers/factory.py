@@ -28,7 +28,7 @@ from broker.providers.dryrun import DryRunProvider
 from broker.providers.http import OpenAIChatProvider, OpenAIImagesProvider
 from broker.providers.local import Latency, LocalProvider
 from broker.providers.log import LoggedProvider, ProviderLog
-from broker.settings import Settings, provider_problem
+from broker.settings import Settings, header_map, provider_problem
 
 
 class RoutingProvider:
@@ -78,7 +78,8 @@ def build_provider(settings: Settings, artifacts: ArtifactStore, *,
                   "api_key": settings.provider_api_key, "artifacts": artifacts,
                   "timeout": settings.provider_timeout_seconds, "client": client,
                   "lookup_path": settings.provider_lookup_path,
-                  "api_key_header": settings.provider_api_key_header}
+                  "api_key_header": settings.provider_api_key_header,
+                  "extra_headers": header_map(settings.provider_headers)}
         routes = {"images": OpenAIImagesProvider(**common),
                   "text": OpenAIChatProvider(**common)}
     else:

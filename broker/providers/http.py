@@ -77,12 +77,15 @@ class _OpenAIAdapter(ABC):
                  client: httpx.Client | None = None,
                  models: Mapping[str, str] | None = None,
                  lookup_path: str | None = None,
-                 api_key_header: str = "Authorization") -> None:
+                 api_key_header: str = "Authorization",
+                 extra_headers: Mapping[str, str] | None = None) -> None:
         """``lookup_path`` (e.g. ``/requests/{key}``): where the provider answers what it
-        did for an idempotency key; None when it offers no such lookup."""
+        did for an idempotency key; None when it offers no such lookup. ``extra_headers``
+        go with every request to the provider (a gateway's own key): secrets, as the key."""
         self.base_url = base_url.rstrip("/")
         self.lookup_path = lookup_path
         self.api_key_header = api_key_header
+        self._extra_headers = dict(extra_headers or {})
         self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \
             else SecretStr(api_key)
         self.artifacts = artifacts
@@ -100,10 +103,16 @@ class _OpenAIAdapter(ABC):
         return self.models.get(name, name)
 
     def _redact(self, text: str) -> str:
-        key = self._key.get_secret_value() if self._key else ""
-        if key:
-            text = text.replace(key, "[redacted]")
-        return text[:_MAX_DETAIL]
+        return self._unsecret(text)[:_MAX_DETAIL]
+
+    def _unsecret(self, text: str) -> str:
+        """``text`` without the key or any extra header's value."""
+        secrets = [self._key.get_secret_value() if self._key else "",
+                   *self._extra_headers.values()]
+        for secret in secrets:
+            if secret:
+                text = text.replace(secret, "[redacted]")
+        return text
 
     def _post(self, capability: Capability, call: CallContext, path: str,
               body: dict[str, Any]) -> dict[str, Any]:
@@ -201,7 +210,7 @@ class _OpenAIAdapter(ABC):
 
     def _headers(self) -> dict[str, str]:
         return {"Accept": "application/json", "Accept-Encoding": ACCEPT_ENCODING,
-                **key_header(self.api_key_header, self._key)}
+                **self._extra_headers, **key_header(self.api_key_header, self._key)}
 
     def lookup(self, capability: Capability, payload: dict, call: CallContext) -> Lookup:
         """What the provider did for ``call.idempotency_key``: ``completed`` with the
@@ -480,8 +489,7 @@ class OpenAIImagesProvider(_OpenAIAdapter):
             if not meta.endswith(";base64"):
                 raise ValueError("a data: URL without base64")
             return _base64(encoded)
-        shown = url.replace(self._key.get_secret_value(), "[redacted]") if self._key \
-            else url
+        shown = self._unsecret(url)
 
         def unusable(why: str) -> CapabilityError:
             return _bad_response(capability, call, f"the provider answered with the "

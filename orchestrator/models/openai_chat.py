@@ -38,7 +38,7 @@ from broker.providers.http import (
     redirect_fix,
 )
 from broker.retry_after import wait_asked
-from broker.settings import Settings
+from broker.settings import Settings, header_map
 from orchestrator.models.base import Message, ModelEndpointError
 
 log = logging.getLogger("revise.models")
@@ -68,6 +68,7 @@ class OpenAIChatBackend:
                  max_backoff: float = 30.0, deadline: float | None = None,
                  temperature: float | None = 0.0, max_tokens: int | None = None,
                  client: httpx.Client | None = None, api_key_header: str = "Authorization",
+                 extra_headers: dict[str, str] | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
         if not base_url.startswith(("http://", "https://")):
@@ -78,6 +79,7 @@ class OpenAIChatBackend:
         self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \
             else SecretStr(api_key)
         self.api_key_header = api_key_header
+        self._extra_headers = dict(extra_headers or {})
         self.timeout = timeout
         self.max_retries = max_retries
         self.backoff = backoff
@@ -114,7 +116,8 @@ class OpenAIChatBackend:
             "deadline": settings.model_deadline_seconds, **kwargs}
         return cls(base_url=settings.model_base_url, model=name,
                    api_key=settings.model_api_key,
-                   api_key_header=settings.model_api_key_header, **options)
+                   api_key_header=settings.model_api_key_header,
+                   extra_headers=header_map(settings.model_headers), **options)
 
     def close(self) -> None:
         self._client.close()
@@ -234,7 +237,7 @@ class OpenAIChatBackend:
     def _headers(self, purpose: str) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "X-Revise-Purpose": purpose,
                    "Accept-Encoding": ACCEPT_ENCODING}
-        return headers | key_header(self.api_key_header, self._key)
+        return headers | self._extra_headers | key_header(self.api_key_header, self._key)
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         if retry_after is not None:
@@ -280,8 +283,12 @@ class OpenAIChatBackend:
         return self._scrub(str(text))[:500]
 
     def _scrub(self, text: str) -> str:
-        key = self._key.get_secret_value() if self._key is not None else ""
-        return text.replace(key, "***") if len(key) >= 4 else text
+        secrets = [self._key.get_secret_value() if self._key is not None else "",
+                   *self._extra_headers.values()]
+        for secret in secrets:
+            if len(secret) >= 4:
+                text = text.replace(secret, "***")
+        return text
 
     def _fatal(self, status: int, raw: bytes) -> ReviseError:
         detail = self._message(raw)

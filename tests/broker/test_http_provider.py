@@ -687,6 +687,27 @@ def test_the_key_goes_in_the_header_the_provider_reads(tmp_path):
                         (None, f"Bearer {FAKE_API_KEY}")]
 
 
+def test_a_gateway_s_own_headers_go_with_every_request_and_nowhere_else(tmp_path):
+    """REVISE_PROVIDER_HEADERS (a gateway's key) go to the provider with each call and
+    lookup, never into a message, and never to another host an image is fetched from."""
+    gateway = '{"Helicone-Auth": "Bearer sk-gateway-secret"}'
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server, BlobStore() as blobs, \
+            httpx.Client(verify=blobs.ssl_context()) as client:
+        settings = Settings(home=tmp_path, provider="http", provider_base_url=server.base_url,
+                            provider_api_key=FAKE_API_KEY, provider_headers=gateway)
+        provider = build_provider(settings, MemoryArtifactStore(), client=client)
+        server.queue(IMAGES, url_image(blobs.put),
+                     error(400, "unknown header value Bearer sk-gateway-secret"))
+        provider.execute(IMAGE, {"prompt": "fox"}, ctx("a@:0"))
+        err = _error(provider.execute, IMAGE, {"prompt": "fox"}, ctx("b@:0"))
+    assert [r.headers["helicone-auth"] for r in server.requests] == [
+        "Bearer sk-gateway-secret"] * 2
+    assert all(r.headers["authorization"] == f"Bearer {FAKE_API_KEY}" for r in server.requests)
+    assert "sk-gateway-secret" not in err.message and "[redacted]" in err.message
+    (fetch,) = blobs.requests
+    assert "helicone-auth" not in fetch and "authorization" not in fetch
+
+
 def test_build_provider_http_needs_base_url(tmp_path):
     with pytest.raises(ConfigError, match="REVISE_PROVIDER_BASE_URL"):
         build_provider(Settings(home=tmp_path, provider="http"), MemoryArtifactStore())

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from broker.errors import ConfigError
-from broker.settings import Settings, mask_url, normalize_database_url
+from broker.settings import Settings, header_map, mask_url, normalize_database_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,6 +117,27 @@ def test_a_redis_url_of_another_scheme_is_refused_at_start(field: str, variable:
     with pytest.raises(ConfigError, match=rf"{variable}: 'http://u:\*\*\*@h' is not a "
                                           "Redis URL; write redis://"):
         Settings(**{field: "http://u:pw@h"})
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("Helicone-Auth: x", "is not JSON"), ('["x"]', "is not a JSON object"),
+    ('{"a b": "x"}', "'a b' is not an HTTP header name"),
+    ('{"Idempotency-Key": "x"}', "'Idempotency-Key' is set by Revise itself"),
+    ('{"X-Key": 7}', "the value of 'X-Key' is not one line of text"),
+    ('{"X-Key": "a\\r\\nHost: evil"}', "the value of 'X-Key' is not one line of text"),
+])
+def test_extra_headers_must_be_a_json_object_of_header_lines(value: str, why: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        Settings(provider_headers=value)
+    assert caught.value.message == f"REVISE_PROVIDER_HEADERS: {why}" or \
+        caught.value.message.startswith(f"REVISE_PROVIDER_HEADERS: {why}")
+    assert "evil" not in caught.value.message  # the values are never echoed
+
+
+def test_extra_headers_are_a_secret_and_empty_is_none() -> None:
+    settings = Settings(provider_headers='{"Helicone-Auth": "Bearer sk-h"}', model_headers="")
+    assert "sk-h" not in repr(settings) and settings.model_headers is None
+    assert header_map(settings.provider_headers) == {"Helicone-Auth": "Bearer sk-h"}
 
 
 def test_an_empty_lookup_path_is_none() -> None:

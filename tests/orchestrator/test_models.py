@@ -156,13 +156,15 @@ def test_http_backend_from_settings() -> None:
 
 
 def test_the_model_key_goes_in_the_header_the_endpoint_reads() -> None:
+    """And REVISE_MODEL_HEADERS (a gateway's own) go with it."""
     with ModelServer([SCRIPT], key_header="api-key") as server:
         backend = backend_from_spec("fake-coder", Settings(
             model_base_url=server.base_url, model_api_key=FAKE_API_KEY,
-            model_api_key_header="api-key"))
+            model_api_key_header="api-key", model_headers='{"X-Gateway": "gw-1"}'))
         assert backend.complete(MESSAGES, purpose="repair") == SCRIPT
         (request,) = server.chat_requests()
         assert request.headers["api-key"] == FAKE_API_KEY
+        assert request.headers["x-gateway"] == "gw-1"
         assert "authorization" not in request.headers
 
 
