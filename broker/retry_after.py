@@ -1,9 +1,11 @@
 """The wait a rate-limited answer asks for (pure): ``Retry-After`` (RFC 9110, 10.2.3:
-delta-seconds or an HTTP date), or OpenAI's ``retry-after-ms`` before it."""
+delta-seconds or an HTTP date), or OpenAI's ``retry-after-ms`` before it; failing both,
+when an OpenAI limit is used up, the time until it resets (``x-ratelimit-reset-*``)."""
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -38,8 +40,28 @@ def wait_asked(headers: Mapping[str, str], now: float) -> float | None:
         seconds = _usable(float(headers.get("retry-after-ms") or "nan") / 1000)
     except ValueError:
         seconds = None
-    return retry_after_seconds(headers.get("retry-after"), now) if seconds is None \
-        else seconds
+    if seconds is None:
+        seconds = retry_after_seconds(headers.get("retry-after"), now)
+    return seconds if seconds is not None else _until_reset(headers)
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _until_reset(headers: Mapping[str, str]) -> float | None:
+    """The longest wait until a used-up limit resets: OpenAI's ``x-ratelimit-remaining-
+    requests`` / ``-tokens`` at 0 beside their ``x-ratelimit-reset-*`` ("1s", "6m0s",
+    "20ms"); None when no limit is said to be used up."""
+    waits = []
+    for limit in ("requests", "tokens"):
+        if headers.get(f"x-ratelimit-remaining-{limit}", "").strip() != "0":
+            continue
+        duration = headers.get(f"x-ratelimit-reset-{limit}", "").strip()
+        parts = _DURATION.findall(duration)
+        if parts and "".join(n + u for n, u in parts) == duration:
+            waits.append(sum(float(n) * _UNIT[u] for n, u in parts))
+    return _usable(max(waits)) if waits else None
 
 
 def _usable(seconds: float) -> float | None:

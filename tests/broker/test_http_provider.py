@@ -437,7 +437,8 @@ def test_a_retry_after_date_becomes_seconds(server, images):
 @pytest.mark.parametrize("headers, passed_on", [
     ({"Retry-After": "2.5"}, "3"), ({"Retry-After": "nan"}, None),
     ({"Retry-After": "-5"}, None), ({"Retry-After": "in a while"}, None),
-    ({"Retry-After": "20", "retry-after-ms": "1200"}, "2")])
+    ({"Retry-After": "20", "retry-after-ms": "1200"}, "2"),
+    ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1m0.2s"}, "61")])
 def test_retry_after_is_passed_on_as_whole_seconds_rounded_up(server, images, headers,
                                                               passed_on):
     """Never a shorter wait than asked; junk is dropped (the broker then waits 1 s);

@@ -41,3 +41,23 @@ def test_nothing_usable_is_none(value: str | None) -> None:
 def test_the_wait_asked_prefers_milliseconds(headers: dict[str, str],
                                              seconds: float | None) -> None:
     assert wait_asked(headers, NOW) == (None if seconds is None else pytest.approx(seconds))
+
+
+@pytest.mark.parametrize("headers, seconds", [
+    ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1m30.5s",
+      "x-ratelimit-remaining-tokens": "10", "x-ratelimit-reset-tokens": "6m0s"}, 90.5),
+    ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "20ms"}, 0.02),
+    ({"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s",
+      "x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "1h"}, 3600.0),
+    ({"x-ratelimit-remaining-tokens": "5", "x-ratelimit-reset-tokens": "20s"}, None),
+    ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "soon"}, None),
+    ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "2s junk"}, None),
+    ({"x-ratelimit-remaining-tokens": "0", "x-ratelimit-reset-tokens": "99999h"}, None),
+    ({"retry-after": "3", "x-ratelimit-remaining-tokens": "0",
+      "x-ratelimit-reset-tokens": "20s"}, 3.0),
+], ids=["requests used up", "tokens used up", "both: the longer", "not used up", "junk",
+        "junk after a duration", "past a day", "Retry-After first"])
+def test_without_retry_after_a_used_up_openai_limit_waits_until_it_resets(
+        headers: dict[str, str], seconds: float | None) -> None:
+    """OpenAI may send no Retry-After with a 429, only when each of its limits resets."""
+    assert wait_asked(headers, now=0) == seconds
