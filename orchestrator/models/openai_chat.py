@@ -210,7 +210,7 @@ class OpenAIChatBackend:
             location = headers.get("location")
             raise ConfigError(
                 f"the model endpoint {self.base_url} answered HTTP {status}, a redirect to "
-                f"{(location or 'no address')[:300]}; Revise follows no redirect: "
+                f"{self._scrub(location or 'no address')[:300]}; Revise follows no redirect: "
                 + redirect_fix(url, "/chat/completions", location, "REVISE_MODEL_BASE_URL"),
                 status=status, setting="REVISE_MODEL_BASE_URL")
         if status < 400:
