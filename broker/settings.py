@@ -394,6 +394,20 @@ def header_map(value: SecretStr | None) -> dict[str, str]:
     return parsed
 
 
+def endpoint_in_base_url(url: str) -> str | None:
+    """What a base URL holds that is not a prefix: an endpoint's path (pasted whole from
+    an API's reference: every request would go to .../images/generations/images/...), a
+    query or a fragment (each request's path would land inside it)."""
+    address = url.split("#", 1)[0].split("?", 1)[0]
+    if address != url:
+        return "holds a query or fragment"
+    path = address.rstrip("/")
+    for endpoint in ("/images/generations", "/chat/completions", "/completions"):
+        if path.endswith(endpoint):
+            return f"ends with the endpoint {endpoint}"
+    return None
+
+
 def provider_problem(settings: Settings) -> str | None:
     """The broker workers' provider is configured, or the one line that says what is not."""
     url = settings.provider_base_url
@@ -403,6 +417,10 @@ def provider_problem(settings: Settings) -> str | None:
     if settings.provider == "http" and not url.startswith(("http://", "https://")):
         return (f"REVISE_PROVIDER_BASE_URL={url} is not an http(s) URL; write it with its "
                 "scheme and API prefix, e.g. https://api.openai.com/v1")
+    if settings.provider == "http" and (endpoint := endpoint_in_base_url(url)) is not None:
+        return (f"REVISE_PROVIDER_BASE_URL={mask_url(url)} {endpoint}; write only the "
+                "API's prefix (the part before /images/generations or /chat/completions), "
+                "e.g. https://api.openai.com/v1")
     if settings.provider not in ("local", "http"):
         return f"REVISE_PROVIDER={settings.provider} is not a provider; use local or http"
     return None

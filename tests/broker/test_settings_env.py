@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 
 from broker.errors import ConfigError
-from broker.settings import Settings, header_map, mask_url, normalize_database_url
+from broker.settings import (
+    Settings,
+    header_map,
+    mask_url,
+    normalize_database_url,
+    provider_problem,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -138,6 +144,21 @@ def test_extra_headers_are_a_secret_and_empty_is_none() -> None:
     settings = Settings(provider_headers='{"Helicone-Auth": "Bearer sk-h"}', model_headers="")
     assert "sk-h" not in repr(settings) and settings.model_headers is None
     assert header_map(settings.provider_headers) == {"Helicone-Auth": "Bearer sk-h"}
+
+
+@pytest.mark.parametrize(("url", "problem"), [
+    ("https://api.openai.com/v1/images/generations", "ends with the endpoint "
+     "/images/generations"),
+    ("https://api.openai.com/v1/chat/completions/", "ends with the endpoint /chat/completions"),
+    ("https://res.openai.azure.com/openai/v1?api-version=preview", "holds a query"),
+])
+def test_a_base_url_must_be_the_api_prefix_alone(url: str, problem: str) -> None:
+    """An endpoint pasted whole from an API's reference sent every request to
+    .../images/generations/images/generations (a 404 at each call)."""
+    found = provider_problem(Settings(provider="http", provider_base_url=url))
+    assert found is not None and problem in found and "prefix" in found
+    assert provider_problem(Settings(provider="http",
+                                     provider_base_url="https://api.openai.com/v1/")) is None
 
 
 def test_an_empty_lookup_path_is_none() -> None:

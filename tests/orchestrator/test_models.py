@@ -148,6 +148,12 @@ def test_http_backend_needs_a_base_url() -> None:
         backend_from_spec("gpt-test", Settings(model_base_url=None))
 
 
+def test_a_model_base_url_holding_its_endpoint_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"ends with the endpoint /chat/completions"):
+        backend_from_spec("m", Settings(
+            model_base_url="http://127.0.0.1:4000/v1/chat/completions"))
+
+
 def test_http_backend_from_settings() -> None:
     backend = backend_from_spec("gpt-test", Settings(model_base_url="http://127.0.0.1:9/v1/",
                                                      model_api_key="sk-x"))
