@@ -394,6 +394,22 @@ def header_map(value: SecretStr | None) -> dict[str, str]:
     return parsed
 
 
+def provider_ignored(settings: Settings) -> str | None:
+    """An HTTP provider configured but not chosen: REVISE_PROVIDER is local (the default),
+    so every call is answered by the local fake (free, made-up pictures) while the
+    operator believes the real provider is called."""
+    if settings.provider != "local":
+        return None
+    named = [name for name, value in (("REVISE_PROVIDER_BASE_URL", settings.provider_base_url),
+                                      ("REVISE_PROVIDER_API_KEY", settings.provider_api_key))
+             if value]
+    if not named:
+        return None
+    return (f"{' and '.join(named)} {'are' if len(named) > 1 else 'is'} set but "
+            "REVISE_PROVIDER is local: every call is answered by the local fake provider; "
+            "set REVISE_PROVIDER=http to call that provider, or unset them")
+
+
 def endpoint_in_base_url(url: str) -> str | None:
     """What a base URL holds that is not a prefix: an endpoint's path (pasted whole from
     an API's reference: every request would go to .../images/generations/images/...), a

@@ -87,13 +87,16 @@ def _role_problems(instances: dict[str, Any]) -> list[str]:
     """What a role would refuse to start with, or start degraded with, that the settings
     alone show (no connection): each line names the role."""
     from broker.artifact_stores import artifact_store_problem
-    from broker.settings import provider_problem
+    from broker.settings import provider_ignored, provider_problem
 
     found = []
     if instances.get("Settings") is not None:
         problem = provider_problem(instances["Settings"])
         if problem:
             found.append(f"broker workers would start degraded: {problem}")
+        problem = provider_ignored(instances["Settings"])
+        if problem:
+            found.append(f"no provider would be called: {problem}")
         problem = artifact_store_problem(instances["Settings"])
         if problem:
             found.append(f"every role would fail to keep or read an artifact: {problem}")

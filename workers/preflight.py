@@ -17,7 +17,7 @@ from celery.signals import worker_ready
 
 from broker.artifact_stores import artifact_store_problem
 from broker.errors import ReviseError
-from broker.settings import provider_problem
+from broker.settings import provider_ignored, provider_problem
 
 log = logging.getLogger("revise.preflight")
 
@@ -34,7 +34,7 @@ def problems(ctx: Any, roles: set[str]) -> list[str]:
     except Exception as exc:  # any client error: Redis is not there
         found.append(f"Redis at {ctx.settings.redis_url.split('@')[-1]} does not answer "
                      f"({type(exc).__name__}); check REVISE_REDIS_URL")
-    provider = provider_problem(ctx.settings)
+    provider = provider_problem(ctx.settings) or provider_ignored(ctx.settings)
     if "capabilities" in roles and provider is not None:
         found.append(f"provider: {provider}")
     artifacts = artifact_store_problem(ctx.settings)

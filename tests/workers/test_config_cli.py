@@ -123,3 +123,18 @@ def test_revise_config_check_names_a_redis_url_and_an_s3_store_that_cannot_work(
         "REVISE_REDIS_URL": "rediss://127.0.0.1:6379/0", "REVISE_ARTIFACT_STORE": "s3",
         "REVISE_S3_BUCKET": "shots"})
     assert fixed.returncode == 0, fixed.stderr
+
+
+def test_revise_config_check_names_a_provider_configured_but_not_chosen(
+        tmp_path: Path) -> None:
+    """The base URL and key set, REVISE_PROVIDER forgotten: every call would be answered
+    by the local fake, free and made up, while the operator believes OpenAI is called."""
+    done = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_PROVIDER_BASE_URL": "https://api.openai.com/v1",
+        "REVISE_PROVIDER_API_KEY": "sk-s3cret"})
+    assert done.returncode == 2 and "s3cret" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: no provider would be called: REVISE_PROVIDER_BASE_URL and "
+        "REVISE_PROVIDER_API_KEY are set but REVISE_PROVIDER is local: every call is "
+        "answered by the local fake provider; set REVISE_PROVIDER=http to call that "
+        "provider, or unset them"]
