@@ -280,11 +280,10 @@ class JobHandle:
         if not missing:
             return ""
         prefix = app.routing.prefix
-        return (f"; no worker consumes {' or '.join(missing)}: start the stack (`honcho "
-                "start`), its workers with the same REVISE_CELERY_QUEUE_PREFIX "
-                f"({prefix!r})" if prefix else
-                f"; no worker consumes {' or '.join(missing)}: start the stack (`honcho "
-                "start`), its workers without REVISE_CELERY_QUEUE_PREFIX")
+        shared = f"with the same REVISE_CELERY_QUEUE_PREFIX ({prefix!r})" if prefix \
+            else "without REVISE_CELERY_QUEUE_PREFIX"
+        return (f"; no worker consumes {' or '.join(missing)} (none of this stack's workers "
+                f"said so within 1 s): start the stack (`honcho start`), its workers {shared}")
 
     def _nap(self, seconds: float) -> None:
         """Wait for the next look at the store: on the sandbox task's result once the job

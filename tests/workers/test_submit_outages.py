@@ -151,7 +151,8 @@ def test_a_job_nobody_serves_says_which_queue_has_no_worker(make_stack) -> None:
     queued = stack.client.submit(script, {}, Envelope(), "nobody")
     with pytest.raises(TimeoutError) as nobody:
         queued.wait(2)
-    assert f"no worker consumes {stack.prefix}dispatch: start the stack" in str(nobody.value)
+    assert f"no worker consumes {stack.prefix}dispatch (none of" in str(nobody.value)
+    assert "start the stack (`honcho start`)" in str(nobody.value)
     assert repr(stack.prefix) in str(nobody.value)
     stack.worker("dispatch", concurrency=1)
     stack.wait_ready(120)
