@@ -59,13 +59,17 @@ def _artifacts(slots: Iterable[SlotRecord], where: str | None) -> list[dict[str,
     return list(found.values())
 
 
+def run_not_found(run_id: str) -> RunNotFound:
+    return RunNotFound(f"no run {run_id!r}; `revise runs` lists the known runs",
+                       run_id=run_id)
+
+
 def describe_run(store: RunStore, run_id: str, *, artifacts_in: str | None = None
                  ) -> dict[str, Any]:
     """``artifacts_in`` names the artifact store (the settings' one) for the listing."""
     run = store.get_run(run_id)
     if run is None:
-        raise RunNotFound(f"no run {run_id!r}; `revise runs` lists the known runs",
-                          run_id=run_id)
+        raise run_not_found(run_id)
     revisions = store.list_revisions(run_id)
     slots = [s for s in store.list_slots(run_id) if s.capability in CATALOG]
     attempts = store.list_attempts(run_id)

@@ -25,7 +25,7 @@ import math
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,12 +107,7 @@ class _OpenAIAdapter(ABC):
 
     def _unsecret(self, text: str) -> str:
         """``text`` without the key or any extra header's value."""
-        secrets = [self._key.get_secret_value() if self._key else "",
-                   *self._extra_headers.values()]
-        for secret in secrets:
-            if secret:
-                text = text.replace(secret, "[redacted]")
-        return text
+        return redacted(text, secrets_of(self._key, self._extra_headers), "[redacted]")
 
     def _post(self, capability: Capability, call: CallContext, path: str,
               body: dict[str, Any]) -> dict[str, Any]:
@@ -320,6 +315,19 @@ def key_header(name: str, key: SecretStr | None) -> dict[str, str]:
         return {}
     value = key.get_secret_value()
     return {name: f"Bearer {value}" if name.lower() == "authorization" else value}
+
+
+def secrets_of(key: SecretStr | None, extra_headers: Mapping[str, str]) -> list[str]:
+    """What a message about a request must never show: the key, the extra headers' values."""
+    return [key.get_secret_value() if key is not None else "", *extra_headers.values()]
+
+
+def redacted(text: str, secrets: Iterable[str], mask: str) -> str:
+    """``text`` with each (non-empty) secret replaced by ``mask``."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, mask)
+    return text
 
 
 def redirect_fix(url: str, path: str, location: str | None, setting: str) -> str:
@@ -661,17 +669,16 @@ class OpenAIChatProvider(_OpenAIAdapter):
             messages = _review_messages(payload, self._image_url(payload.get("image")))
         model = self._model(payload.get("model", "local-text-1"))
         body: dict[str, Any] = {"model": model, "messages": messages}
-        if "max_tokens" not in payload:
-            return self._answer(capability, payload, call,
-                                self._post(capability, call, "/chat/completions", body))
-        renamed = reasoning_model(model) or model in self._takes_completion_tokens
-        body["max_completion_tokens" if renamed else "max_tokens"] = payload["max_tokens"]
+        if "max_tokens" in payload:
+            renamed = reasoning_model(model) or model in self._takes_completion_tokens
+            body["max_completion_tokens" if renamed else "max_tokens"] = payload["max_tokens"]
         try:
             data = self._post(capability, call, "/chat/completions", body)
         except CapabilityError as exc:
             # A model known by another name (an Azure deployment, a router's alias) that
             # refuses max_tokens: the refusal was free, so it is asked again, once.
-            if renamed or exc.status != 400 or exc.fields.get("param") != "max_tokens":
+            if "max_tokens" not in body or exc.status != 400 or \
+                    exc.fields.get("param") != "max_tokens":
                 raise
             self._takes_completion_tokens.add(model)
             body["max_completion_tokens"] = body.pop("max_tokens")

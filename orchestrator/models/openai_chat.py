@@ -35,7 +35,9 @@ from broker.providers.http import (
     key_header,
     quota_exhausted,
     reasoning_model,
+    redacted,
     redirect_fix,
+    secrets_of,
 )
 from broker.retry_after import wait_asked
 from broker.settings import Settings, endpoint_in_base_url, header_map
@@ -287,12 +289,8 @@ class OpenAIChatBackend:
         return self._scrub(str(text))[:500]
 
     def _scrub(self, text: str) -> str:
-        secrets = [self._key.get_secret_value() if self._key is not None else "",
-                   *self._extra_headers.values()]
-        for secret in secrets:
-            if len(secret) >= 4:
-                text = text.replace(secret, "***")
-        return text
+        return redacted(text, [secret for secret in secrets_of(self._key, self._extra_headers)
+                               if len(secret) >= 4], "***")
 
     def _fatal(self, status: int, raw: bytes) -> ReviseError:
         detail = self._message(raw)
