@@ -78,6 +78,18 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.astimezone(UTC)
 
 
+class FreeText(TypeDecorator[str]):
+    """Text that comes from outside (a script's error, a provider's message, an operator's
+    reason): PostgreSQL text cannot hold NUL (0x00), so a NUL is stored as U+FFFD on every
+    backend rather than failing the transaction that carries it (a revision's end)."""
+
+    impl = Text
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return value.replace("\x00", "\ufffd") if value is not None else None
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -91,7 +103,7 @@ class Run(Base):
 
     run_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     status: Mapped[str] = mapped_column(String(20))
-    detail: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(FreeText)
     revisions: Mapped[int] = mapped_column(Integer, default=0)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -234,7 +246,7 @@ class Attempt(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime)
     resolved_by: Mapped[str | None] = mapped_column(String(200))
-    resolved_reason: Mapped[str | None] = mapped_column(Text)
+    resolved_reason: Mapped[str | None] = mapped_column(FreeText)
     resolved_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # The dispatch record, readable from any host: when the request left for the provider
     # (written just before it does) and when its answer was recorded (NULL: none came).
@@ -280,7 +292,7 @@ class Event(Base):
     revision: Mapped[int | None] = mapped_column(Integer)
     identity: Mapped[str | None] = mapped_column(String(2400))
     kind: Mapped[str] = mapped_column(String(50))
-    message: Mapped[str] = mapped_column(Text)
+    message: Mapped[str] = mapped_column(FreeText)
     data: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 

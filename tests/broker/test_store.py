@@ -17,13 +17,13 @@ from types import SimpleNamespace
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, make_url
+from sqlalchemy import create_engine, make_url, select
 
 from broker.catalog import CAPABILITY_NAMES, lookup
 from broker.errors import RunBusy, RunNotFound, SlotConflict, StoreError, StoreUnavailable
 from broker.identity import Identity, sha256_hex
 from broker.migrations import head_revision, upgrade
-from broker.models import Base
+from broker.models import Base, attempts
 from broker.owner import current_owner
 from broker.records import (
     AttemptStatus,
@@ -536,6 +536,26 @@ def test_certificates_orphans_and_events_round_trip(store):
         "revision_started", None, None, None)
     assert (second.revision, second.identity, second.data) == (2, str(IDENT), {"n": 1})
     assert first.id < second.id and second.created_at.tzinfo is not None
+
+
+def test_text_from_outside_with_a_nul_is_stored_and_the_revision_ends(store):
+    # PostgreSQL text refuses NUL; a script's error message may hold one (chr(0)), and
+    # the revision's end transaction that carries it must not fail.
+    store.ensure_run(RUN)
+    revision = store.add_revision(RUN, "src", "h")
+    attempt = claim(store, owner=current_owner(), revision=revision).attempt
+    store.resolve_attempt(attempt.id, AttemptStatus.UNRESOLVED, operator="ops",
+                          reason="said \x00 so")
+    store.end_revision(RevisionEnd(
+        run_id=RUN, revision=revision, status="failed", summary={"error": "boom\x00"},
+        run_status=RunStatus.FAILED, detail="boom\x00!", certificate_digest="c",
+        certificate_entries=(), orphans=(), events=(("revision_finished", "a\x00b", None),)))
+    store.add_event(RUN, "note", "\x00")
+    assert store.get_run(RUN).detail == "boom\ufffd!"
+    assert store.get_revision(RUN, revision).summary == {"error": "boom\x00"}  # JSON keeps it
+    assert [e.message for e in store.list_events(RUN)][-2:] == ["a\ufffdb", "\ufffd"]
+    with store.engine.connect() as conn:
+        assert conn.execute(select(attempts.c.resolved_reason)).scalar_one() == "said \ufffd so"
 
 
 # ---- failing closed -------------------------------------------------------------------------
