@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -88,6 +89,35 @@ def test_channel_refuses_lone_surrogates_and_keeps_pairs() -> None:
     for data in (b'{"a": "\\ud800"}', b'{"\\uDC00": 1}', b'{"a": ["x\\udbff"]}'):
         with pytest.raises(SandboxProtocolError, match="lone surrogate"):
             decode_message(data)
+
+
+def test_hole_one_message_of_many_values_cost_the_host_400_mb() -> None:
+    """Hole: values were counted after parsing, so one message within the 8 MiB limit, of
+    ``{},`` 2.8 million times, cost the host 400 MB and 4 s to parse before it was refused.
+    It is refused from its bytes now; text holding commas and brackets is not counted."""
+    import tracemalloc
+
+    from broker.errors import SandboxProtocolError
+    from sandbox.channel import decode_message, more_values_than
+    from sandbox.language import LIMITS
+
+    head = b'{"t": "batch", "nonce": "n", "frames": [{"payload": {"p": ['
+    for item in (b"{},", b"[],", b"0,", b'"",'):
+        count = ((8 << 20) - 100) // len(item)
+        data = head + item * (count - 1) + item[:-1] + b"]}}]}"
+        tracemalloc.start()
+        with pytest.raises(SandboxProtocolError, match="wave_values"):
+            decode_message(data)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert peak < 64 << 20, f"{item!r}: {peak >> 20} MiB to refuse it"
+    text = json.dumps({"t": "result", "nonce": "n", "ok": True, "logs": [],
+                       "result": '[{"a": 1}, "b\\", "\\"' * 100_000}).encode()
+    assert len(text) > 2 * LIMITS["wave_values"]
+    assert not more_values_than(text, 10)
+    assert decode_message(text)["result"].startswith('[{"a": 1}')
+    nine = b'["a\\\\", [], "\\"[,", {"k": [0, 1]}, "[,]"]'
+    assert more_values_than(nine, 5) and not more_values_than(nine, 6)  # 6 seen outside
 
 
 def test_hole_script_text_wrote_terminal_sequences_to_the_operator(tmp_path) -> None:
