@@ -29,7 +29,7 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,6 +47,7 @@ from broker.errors import (
     SandboxProtocolError,
     SandboxTimeout,
     SemanticRepeatDenied,
+    error_class,
 )
 from broker.grants import authorize
 from broker.identity import MOVED_ASIDE, Identity, call_digest, payload_digest
@@ -141,7 +142,11 @@ class _State:
     # Call frames by (site, path, occurrence) -> seq, and the seqs answered with a result:
     # what the host itself observed, which a race commit must agree with.
     call_seqs: dict[tuple[str, tuple[int, ...], int], int] = field(default_factory=dict)
+    call_digests: dict[int, str] = field(default_factory=dict)  # seq -> the call's digest
     answered_ok: set[int] = field(default_factory=set)
+    # A provider's error the host answered a call with, by the call's identity: the one a
+    # script may end with (a CapabilityError), as the host knows it.
+    failed_answers: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_seq: int = 0
     races: dict[tuple[str, tuple[int, ...], int], _Race] = field(default_factory=dict)
 
@@ -322,9 +327,11 @@ class Session:
                   for k, v in error.items() if k in _ERROR_FIELDS
                   and (v is None or (isinstance(v, _ERROR_FIELDS[k])
                                      and not isinstance(v, bool)))}
+        fields = _vouched({**fields, "type": str(fields.get("type") or "ScriptError")[:100],
+                           "message": str(fields.get("message") or "the script failed")},
+                          self._state.failed_answers)
         return {"ok": False, "logs": [line[:2000] for line in logs[:200]], "error": {
-            **fields, "type": str(fields.get("type") or "ScriptError")[:100],
-            "message": str(fields.get("message") or "the script failed")[:4000]}}
+            **fields, "message": fields["message"][:4000]}}
 
     # ---- one wave ----------------------------------------------------------------------------
 
@@ -335,6 +342,7 @@ class Session:
             if frame["kind"] == "call":
                 admitted = self._call(frame)
                 if admitted is not None:
+                    self._state.call_digests[admitted[0]] = admitted[1].digest
                     calls.append(admitted)
             elif frame["kind"] == "race_lookup":
                 self._race_lookup(frame)
@@ -475,10 +483,13 @@ class Session:
             self.latch(report.stop, decided=decided)
             return
         if report.outcome is Outcome.FAILED:
-            if (report.error or {}).get("charged") == "maybe":
+            error = report.error or {}
+            if error.get("charged") == "maybe":
                 self._maybe_charged.add(report.identity)
             else:
                 self.prefix.answered_free(report.identity)
+            self._state.failed_answers[error.get("identity")] = {
+                k: v for k, v in error.items() if k in _ERROR_FIELDS}
             self._answer(seq, {"ok": False, "error": report.error})
         else:
             self._answer(seq, {"ok": True, "result": report.result})
@@ -650,7 +661,13 @@ class Session:
             raise SandboxProtocolError(f"a race at {race.identity} committed branch {winner}, "
                                        "whose first call the host never received",
                                        identity=str(race.identity))
-        return seq in self._state.answered_ok
+        if seq not in self._state.answered_ok:
+            return False
+        if self._state.call_digests.get(seq) != branch.get("digest"):
+            raise SandboxProtocolError(f"a race at {race.identity} committed branch {winner}, "
+                                       "described with another payload than the first call "
+                                       "the host received there", identity=str(race.identity))
+        return True
 
     def _event(self, kind: str, message: str, identity: Identity | None = None) -> None:
         try:
@@ -658,6 +675,23 @@ class Session:
                                  identity=identity)
         except ReviseError:
             log.warning("could not record event %s for run %s", kind, self.run_id)
+
+
+def _vouched(error: dict[str, Any], answered: Mapping[Any, dict[str, Any]]) -> dict[str, Any]:
+    """The error a script ended with, as far as the host can vouch for it. A provider's
+    CapabilityError is the one the host answered that call with (``answered``, by the
+    call's identity), its fields from the host's own record; Revise's other error types are
+    the host's alone to raise, so a script reporting one (a forged safety stop, which
+    decides how a run is settled and repaired) ended with a ScriptError that says so."""
+    kind = error["type"]
+    if kind == "CapabilityError":
+        known = answered.get(error.get("identity"))
+        if known is not None:
+            return {**error, **known}
+    elif kind == "ScriptError" or error_class(kind) is None:
+        return error
+    return {"type": "ScriptError", "line": error.get("line"),
+            "message": f"the script raised an error named {kind}: {error['message']}"}
 
 
 def _is_int(value: Any) -> bool:

@@ -16,7 +16,8 @@ def test_each_error_field_of_a_hostile_result_is_cut() -> None:
     message = {"ok": False, "logs": [], "error": {
         "type": huge, "message": huge, "identity": huge, "capability": huge, "code": huge,
         "status": huge, "charged": huge, "line": 3, "planted": huge}}
-    outcome = Session._outcome(SimpleNamespace(envelope=Envelope()), message)  # type: ignore[arg-type]
+    host = SimpleNamespace(envelope=Envelope(), _state=SimpleNamespace(failed_answers={}))
+    outcome = Session._outcome(host, message)  # type: ignore[arg-type]
     error = outcome["error"]
     assert "planted" not in error and error["line"] == 3
     assert all(len(v) <= 4000 for v in error.values() if isinstance(v, str))

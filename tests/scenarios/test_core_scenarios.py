@@ -43,7 +43,8 @@ def test_fanout_failure_repair_costs_n_plus_one(harness: Harness, width: int) ->
     args = {"shots": [f"shot {i}" for i in range(width)]}
     first = harness.run("fanout_v1", args=args)
     assert first["status"] == "failed"
-    assert first["error"]["type"] == "CapabilityError"
+    assert first["error"]["type"] == "CapabilityError"  # the host's own answer, vouched for
+    assert first["error"]["code"] and first["error"]["identity"]
     assert first["calls"] == {"executed": width, "succeeded": width - 1, "failed": 1,
                               "uncertain": 0,
                               "replayed": 0, "denied": 0}

@@ -269,6 +269,37 @@ batch(frame(1, site="nope"))''', "out-of-band bytes on the Unix socket"),
         ''', "a race decision for a branch whose first call the host never saw (it would "
            "be frozen for every later revision)", error="SandboxProtocolError",
            statuses=frozenset({"stopped"})),
+    attack("race-winner-described-falsely", "protocol", '''
+        if args.get("never"):
+            await ctx.race([ctx.run("text.generate", {"prompt": "a"})])
+        sched = g["_SCHEDULER"]
+        where = {"site": "orchestrate/if0/#0", "path": [], "occurrence": 0}
+        def ask(frame):
+            sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [frame]})
+            return sched.channel.receive()
+        ask({"seq": 1, "kind": "race_lookup", **where, "branches": [
+            {"site": "orchestrate/if0/#1", "capability": "text.generate",
+             "payload": {"prompt": "zzz"}, "take": 1}]})
+        ask({"seq": 2, "kind": "call", "site": "orchestrate/if0/#1", "path": [0],
+             "occurrence": 0, "capability": "text.generate", "payload": {"prompt": "a"},
+             "take": 1})
+        ask({"seq": 3, "kind": "race_commit", **where, "winner": 0})
+        return "not stopped"
+        ''', "a race decision whose winner is described with another payload than the call "
+           "the host answered (it was frozen, and every later revision of the honest script "
+           "stopped at the race)", error="SandboxProtocolError", calls=1,
+           statuses=frozenset({"stopped"})),
+    _proto("error-type-forged", '''
+send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
+    "type": "AttemptUnresolved", "code": "attempt_unresolved", "message": "m",
+    "identity": "orchestrate/if0/#0@:0"}})''', "a script ending with one of the host's own "
+           "safety stops (how a run is settled and repaired follows its type)",
+           error="ScriptError", statuses=frozenset({"failed"})),
+    _proto("capability-error-forged", '''
+send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
+    "type": "CapabilityError", "code": "quota_exceeded", "message": "m", "charged": "no",
+    "identity": "orchestrate/if0/#0@:0"}})''', "a provider error for a call the host never "
+           "answered with one", error="ScriptError", statuses=frozenset({"failed"})),
     _proto("result-error-field-types", '''
 send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
     "type": "ValueError", "message": "m", "identity": 7, "line": True,
