@@ -126,8 +126,8 @@ class Spender:
         attempt = call.attempt
         try:
             answer = self._call_provider(call, capability)
-        except CapabilityError as exc:
-            return self._failed(attempt, capability, exc)
+        except _Refused as refused:
+            return self._failed(attempt, capability, refused.error, refused.earlier)
         slot = SlotRecord(run_id=attempt.run_id, identity=attempt.identity,
                           capability=capability.name, digest=attempt.digest,
                           fingerprint=attempt.fingerprint, result=answer.result,
@@ -142,12 +142,13 @@ class Spender:
                           committed_by=stored.revision)
 
     def _failed(self, attempt: AttemptRecord, capability: Capability,
-                exc: CapabilityError) -> CallReport:
-        """The provider's error is the attempt's answer: failed, or uncertain when the
-        provider may have charged for it (paid until an operator decides)."""
-        maybe = charge_of(exc, deployment_terms(capability, self.settings)).charge \
-            is Charge.MAYBE
-        error = failure_error(exc, attempt, maybe)
+                exc: CapabilityError, earlier: CapabilityError | None) -> CallReport:
+        """The provider's last error is the attempt's answer: failed, or uncertain when the
+        provider may have charged for it, or for an ``earlier`` answer under the same key
+        (paid until an operator decides)."""
+        maybe = earlier is not None or charge_of(
+            exc, deployment_terms(capability, self.settings)).charge is Charge.MAYBE
+        error = failure_error(exc, attempt, maybe, earlier)
         self.store.fail_attempt(attempt.id, error, uncertain=maybe)
         return CallReport(attempt.identity, capability.name, Outcome.FAILED, error=error,
                           attempted=True, cost=capability.unit_price if maybe else 0.0)
@@ -215,25 +216,28 @@ class Spender:
         ``unknown_outcome_retries`` times, when it rate-limited the request (after its
         Retry-After, which the whole process honours) or when it may have charged and
         honours keys (it answers with the work it did); any other error is the attempt's
-        answer. A provider that raises something else may or may not have completed:
-        the attempt is unresolved."""
+        answer, still maybe charged when an earlier one was. A provider that raises
+        something else may or may not have completed: the attempt is unresolved."""
         attempt = call.attempt
         context = CallContext(attempt.run_id, str(attempt.identity),
                               attempt.idempotency_key or "",
                               timeout_seconds=self.call_timeout_seconds)
         terms = deployment_terms(capability, self.settings)
         retries = self.settings.unknown_outcome_retries
+        earlier: CapabilityError | None = None  # an answer it may have charged for
         for round_ in range(retries + 1):
             try:
                 return self.provider.execute(capability, call.payload, context)
             except CapabilityError as exc:
                 verdict = charge_of(exc, terms)
                 limited = verdict.charge is Charge.RATE_LIMITED
+                maybe = verdict.charge is Charge.MAYBE
                 again = round_ < retries and (
                     (limited and verdict.wait_seconds <= RATE_LIMIT_WAIT_CAP)
-                    or (verdict.charge is Charge.MAYBE and terms.honours_idempotency_key))
-                if not again:
-                    raise
+                    or (maybe and terms.honours_idempotency_key))
+                if not again:  # a free answer after a maybe-charged one stays maybe charged
+                    raise _Refused(exc, None if maybe else earlier) from None
+                earlier = earlier or (exc if maybe else None)
                 log.warning("%s at %s in run %s (%s); asking again with the same "
                             "idempotency key", verdict.charge, attempt.identity,
                             attempt.run_id, exc.message)
@@ -256,16 +260,28 @@ class Spender:
         raise AssertionError("unreachable")
 
 
-def failure_error(exc: CapabilityError, attempt: AttemptRecord, maybe: bool
-                  ) -> dict[str, Any]:
+class _Refused(Exception):
+    """The provider's last error for an attempt, and an ``earlier`` one under the same key
+    that it may have charged for (None when the last may have been charged, or none)."""
+
+    def __init__(self, error: CapabilityError, earlier: CapabilityError | None) -> None:
+        super().__init__(error.message)
+        self.error, self.earlier = error, earlier
+
+
+def failure_error(exc: CapabilityError, attempt: AttemptRecord, maybe: bool,
+                  earlier: CapabilityError | None = None) -> dict[str, Any]:
     """The error a failed attempt stores and its script sees (``CapabilityError``)."""
     error = {**exc.to_json(), "identity": str(attempt.identity),
              "status": exc.fields.get("status"),
              "code": exc.fields.get("provider_code", exc.code),
              "charged": "maybe" if maybe else "no"}
+    if earlier is not None:
+        error["message"] = (f"{exc.message}, asked again under the same idempotency key "
+                            f"after an answer it may have charged for ({earlier.message})")
     if maybe:
         error["message"] = (
-            f"{exc.message}. The provider may have charged for this request: it counts as "
-            "paid, and the same request is not paid for again in this run unless an "
+            f"{error['message']}. The provider may have charged for this request: it counts "
+            "as paid, and the same request is not paid for again in this run unless an "
             "operator says it was not charged")
     return error

@@ -455,6 +455,7 @@ class FakeOpenAIServer:
         self.peak_concurrency = 0  # the most POST requests in flight at once
         self.stopping = threading.Event()
         self._queues: dict[str, deque[Behaviour]] = defaultdict(deque)
+        self._front: dict[str, deque[Behaviour | None]] = defaultdict(deque)
         self._keys: dict[str, _KeyState] = {}
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
@@ -471,6 +472,13 @@ class FakeOpenAIServer:
         """Answer the next requests to ``path`` with ``behaviours``, in order, once each."""
         with self._lock:
             self._queues[path].extend(behaviours)
+
+    def in_front(self, path: str, *behaviours: Behaviour | None) -> None:
+        """Answer the next requests to ``path`` from in front of the provider (a gateway's
+        rate limiter), before any key is read: ``behaviours`` in order, once each; None
+        passes that request on to the provider."""
+        with self._lock:
+            self._front[path].extend(behaviours)
 
     def requests_to(self, path: str) -> list[RecordedRequest]:
         with self._lock:
@@ -502,6 +510,9 @@ class FakeOpenAIServer:
                 if queued:
                     queued.popleft()
                 return _free(error(401, "Incorrect API key provided.")(request, self))
+            front = self._front[request.path].popleft() if self._front[request.path] else None
+            if front is not None:
+                return _free(front(request, self))
             if self.idempotency == "honour" and key:
                 answered = self._claim(key, body_digest(request.body), request)
                 if answered is not None:

@@ -157,6 +157,31 @@ def test_a_charged_5xx_is_answered_under_its_key_where_keys_are_honoured(make_ha
         assert server.charged() == 1
 
 
+@pytest.mark.parametrize("after", [
+    (rate_limited(0), rate_limited(0)), (reject(400),)], ids=["rate limited", "refused"])
+def test_a_charge_asked_again_under_its_key_stays_paid_whatever_comes_after(
+        make_harness, after) -> None:
+    """Asked again under its key after a charged 5xx, the provider answers with something
+    free (its gateway's rate limiter or a 4xx, before any key is read): the first answer
+    still may have been charged, so the attempt is uncertain, not a plain failure that a
+    later revision pays again. The next revision asks under the key and gets the work."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        server.queue(IMAGES, charge_then_error(500))
+        server.in_front(IMAGES, None, *after)
+        harness = _harness(make_harness, server, honours=True)
+        first = _run(harness, ONE)
+        assert first["status"] == "failed", first
+        assert first["error"]["charged"] == "maybe", first["error"]
+        assert "after an answer it may have charged for" in first["error"]["message"]
+        assert len(server.requests_to(IMAGES)) == 1 + len(after)
+        (attempt,) = harness.services.store.list_attempts("run-1")
+        assert attempt.status is AttemptStatus.UNCERTAIN
+        assert first["calls"]["uncertain"] == 1 and first["spend"] > 0
+        again = _run(harness, ONE)
+        assert again["status"] == "succeeded", again["error"]
+        assert server.charged() == 1 and len(server.requests_to(IMAGES)) == 2 + len(after)
+
+
 def test_a_charged_503_is_asked_again_when_it_says_where_keys_are_honoured(make_harness
                                                                           ) -> None:
     """An overloaded provider's 503 says when to come back: asked again under its key, it
