@@ -290,10 +290,13 @@ class Spawner:
     @staticmethod
     def _keep(helper_end: socket.socket, started: threading.Event) -> None:
         try:
+            # Its own session: a supervisor stopping the worker signals the worker's process
+            # group (honcho, Ctrl-C), and the worker finishes its jobs (warm shutdown), so
+            # their sandboxes must not die of that signal; the helper dies with its host.
             proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", __file__,
                                      str(helper_end.fileno()), str(os.getpid())],
                                     pass_fds=[helper_end.fileno()], close_fds=True,
-                                    stdin=subprocess.DEVNULL)
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
         finally:
             started.set()
         proc.wait()

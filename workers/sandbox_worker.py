@@ -198,6 +198,13 @@ def _run_started(ctx: WorkerContext, job: dict[str, Any], grant: Grant, resumes:
         return _run(ctx, job, grant.starts, resumes)
     except (StoreUnavailable, RevisionNotRunning):
         raise  # queued again (its revision is still running), or a stale delivery
+    except (SystemExit, KeyboardInterrupt):
+        # The worker is being stopped (its supervisor signalled the process group, as honcho
+        # and Ctrl-C do): that is no failure of the run. Its job goes back to the queue
+        # (rejected as its worker is lost) and resumes where it stood, as after a kill.
+        log.warning("job %s of run %s interrupted: its worker is stopping; it resumes on "
+                    "the next sandbox worker", job["job_id"], job["run_id"])
+        raise
     except BaseException as exc:
         # Leave a visible state, then let Celery see the error (``run_leased`` releases
         # the lease, so an operator's resubmission is not mistaken for a duplicate).

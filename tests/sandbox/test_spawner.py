@@ -97,8 +97,10 @@ def test_a_start_that_fails_is_an_error_and_the_launcher_goes_on(spawner, tmp_pa
 
 
 HOST = textwrap.dedent("""
-    import sys, time
+    import signal, sys, time
     sys.path.insert(0, sys.argv[1])
+    for stop in (signal.SIGTERM, signal.SIGINT):  # as a Celery worker finishing its tasks
+        signal.signal(stop, lambda number, frame: None)
     from sandbox.spawner import Spawner
     proc = Spawner().spawn([sys.executable, "-c", "import time; time.sleep(60)"],
                            stdout=1, inherited=(), as_root=False)
@@ -118,6 +120,25 @@ def test_the_launcher_and_what_it_started_die_with_their_host() -> None:
         host.send_signal(signal.SIGKILL)
         host.wait(10)
         assert until(lambda: not _alive(helpers[0]) and not _alive(started))
+    finally:
+        host.kill()
+        host.wait()
+        host.stdout.close()
+
+
+def test_a_signal_to_the_hosts_process_group_does_not_reach_the_launcher() -> None:
+    """A supervisor stops a worker by signalling its process group (honcho, Ctrl-C in a
+    terminal): the worker finishes its jobs (warm shutdown), so the sandboxes they run
+    must not die of that signal on the way (they did: each job ended stopped)."""
+    root = Path(__file__).resolve().parents[2]
+    host = subprocess.Popen([PY, "-c", HOST, str(root)], stdout=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        started = int(host.stdout.readline())
+        os.killpg(host.pid, signal.SIGTERM)
+        os.killpg(host.pid, signal.SIGINT)
+        assert not until(lambda: not _alive(started), 1.0)
+        assert host.poll() is None
     finally:
         host.kill()
         host.wait()

@@ -93,3 +93,26 @@ def test_a_job_parks_and_resumes_in_the_process_sandbox_too(make_stack) -> None:
     assert report["status"] == "succeeded", report["error"]
     assert report["calls"]["executed"] == 2 and len(_paid_once(stack)) == 2
     assert stack.store.job_for_revision("bwrap", 1).resumes >= 1, "it never parked"
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_sandbox_worker_stopped_by_its_supervisor_loses_no_run(make_stack, stop) -> None:
+    """honcho (``kill %1``) and Ctrl-C stop a stack by signalling each role's process
+    group. That is no failure of the run (it ended ``stopped`` or ``failed``): the worker
+    finishes its job (SIGINT: a warm shutdown), or, its pool process told to exit mid-job
+    (SIGTERM), the job resumes on the next sandbox worker; every call is paid once."""
+    stack = make_stack(local_latency=1.0, park_after_seconds=60)
+    stack.worker("dispatch")
+    sandbox = stack.worker("sandbox", pool="prefork", concurrency=1)
+    stack.worker("capabilities", concurrency=4)
+    stack.wait_ready(120)
+    handle = stack.client.submit(SEQUENTIAL, {"prompts": ["a", "b", "c"]}, Envelope(),
+                                 "stopped-stack")
+    wait_for(lambda: len(stack.provider_log()) >= 1, 60, "the first call")
+    os.killpg(sandbox.pid, stop)
+    sandbox.wait(60)
+    assert stack.store.get_run("stopped-stack").status.value in ("running", "succeeded")
+    stack.worker("sandbox", pool="prefork", concurrency=1, index=1)
+    report = handle.wait(120)
+    assert report["status"] == "succeeded", report["error"]
+    assert report["calls"]["executed"] == 3 and len(_paid_once(stack)) == 3
