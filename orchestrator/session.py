@@ -133,6 +133,7 @@ class _Race:
     branches: list[dict[str, Any] | None]
     path: tuple[int, ...]  # the race's own fanout path (its branches' are one longer)
     sites: list[str | None]  # each branch's first call site as its frames name it
+    seq: int  # its lookup's: a branch's first call is the first at its site and path after
 
 
 @dataclass
@@ -611,7 +612,8 @@ class Session:
         key = (frame["site"], tuple(frame["path"]), frame["occurrence"])
         sites = [b.get("site") if isinstance(b, dict) and isinstance(b.get("site"), str)
                  else None for b in branches]
-        self._state.races[key] = _Race(identity, described, tuple(frame["path"]), sites)
+        self._state.races[key] = _Race(identity, described, tuple(frame["path"]), sites,
+                                       frame["seq"])
         slot = self.prefix.race(
             identity, lambda committed: _find_winner(committed.result, described)[0]
             is not None)
@@ -656,7 +658,9 @@ class Session:
         branch, site = race.branches[winner], race.sites[winner]
         if not branch or branch.get("finished") or site is None:
             return False
-        seq = self._state.call_seqs.get((site, (*race.path, winner), 0))
+        path = (*race.path, winner)
+        seq = min((seq for (at, on, _), seq in self._state.call_seqs.items()
+                   if at == site and on == path and seq > race.seq), default=None)
         if seq is None:
             raise SandboxProtocolError(f"a race at {race.identity} committed branch {winner}, "
                                        "whose first call the host never received",
