@@ -61,6 +61,10 @@ class Counterexample:
 
     def describe(self) -> str:
         where = f" (committed at line {self.committed_line})" if self.committed_line else ""
+        if self.kind is CounterexampleKind.REMOVED and self.expected_capability == RACE:
+            return (f"frozen race {self.site}{where} is gone: the candidate has no ctx.race "
+                    "that could be it; keep one ctx.race there (its branches may change, but "
+                    "its committed winner must still be one of them)")
         if self.kind is CounterexampleKind.REMOVED:
             return (f"frozen site {self.site}{where} ({self.expected_capability}) is gone: no "
                     "call in the candidate has its capability and exact call expression; keep "
@@ -127,10 +131,13 @@ def frozen_sites(slots: Iterable[SlotRecord]) -> dict[str, FrozenSite]:
 
 
 def _same_call(frozen: FrozenSite, site: Site) -> bool:
-    if frozen.capability != site.capability:
-        return False
-    # A race is frozen by its winners (checked at run time), not by its branch list.
-    return frozen.capability == RACE or frozen.fingerprint == site.fingerprint
+    return _call_of(frozen) == _call_of(site)
+
+
+def _call_of(site: FrozenSite | Site) -> tuple[str, str | None]:
+    """What a frozen call must find again: its capability and exact call expression. A race
+    is frozen by its winner (checked when it runs), not by its branch list."""
+    return site.capability, None if site.capability == RACE else site.fingerprint
 
 
 class _Matcher:
@@ -177,8 +184,8 @@ def check_gate(frozen: Mapping[str, FrozenSite], candidate: Iterable[Site], *,
     matcher = _Matcher(frozen, sites)
     matcher.in_place(strict_chain=True)
     if relocation != "stop":
-        matcher.unique(lambda s: (s.capability, s.fingerprint, s.chain_fingerprint))
-        matcher.unique(lambda s: (s.capability, s.fingerprint))
+        matcher.unique(lambda s: (*_call_of(s), s.chain_fingerprint))
+        matcher.unique(_call_of)
     matcher.in_place(strict_chain=False)
     problems = [_counterexample(matcher, want) for want in matcher.open_frozen()]
     relocations = tuple(

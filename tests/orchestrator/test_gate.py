@@ -163,3 +163,34 @@ def test_a_counterexample_names_the_committed_line() -> None:
     result = gate(frozen, V1.replace('{"prompt": s}', '{"prompt": s.upper()}'))
     assert {c.committed_line for c in result.counterexamples} == {3}
     assert "committed at line 3" in result.counterexamples[0].describe()
+
+
+RACE_V1 = '''async def orchestrate(ctx, args):
+    async def attempt(size):
+        return await ctx.run("image.generate", {"prompt": "a lighthouse", "size": size})
+    art = await ctx.race([attempt(s) for s in ["512x512", "256x256"]])
+    return art
+'''
+
+
+def test_a_race_moved_into_a_helper_with_a_branch_added_relocates() -> None:
+    """A race is frozen by its winner (checked when it runs), not by its branch list: moved
+    and given a branch, it is the same race (each change alone was accepted; both together
+    were refused as 'removed', naming the one race that could be it)."""
+    moved = RACE_V1.replace(
+        '    art = await ctx.race([attempt(s) for s in ["512x512", "256x256"]])',
+        '    async def hero():\n'
+        '        return await ctx.race([attempt(s) for s in ["512x512", "256x256", "1x1"]])\n'
+        '    art = await hero()')
+    result = gate(committed(RACE_V1), moved)
+    assert result.accepted, result.counterexamples
+    assert ("orchestrate/#0", "orchestrate/#0>orchestrate.hero/#0") in {
+        (r.frozen, r.site) for r in result.relocations}
+    two = moved.replace("    art = await hero()", "    art = await hero()\n"
+                        "    art = await ctx.race([attempt(s) for s in ['9x9']])")
+    assert [c.kind for c in gate(committed(RACE_V1), two).counterexamples] == ["ambiguous"]
+    gone = RACE_V1.replace('ctx.race([attempt(s) for s in ["512x512", "256x256"]])',
+                           'attempt("512x512")')
+    [removed] = [c for c in gate(committed(RACE_V1), gone).counterexamples
+                 if c.expected_capability == "ctx.race"]
+    assert removed.kind == "removed" and "keep one ctx.race there" in removed.describe()
