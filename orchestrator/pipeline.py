@@ -365,7 +365,9 @@ class Pipeline:
             report.result = None
             report.error = ErrorReport.model_validate(OrphanStop(
                 f"{len(orphans)} committed identities were not invoked (orphan policy stop): "
-                + ", ".join(str(o) for o in orphans[:5]),
+                + ", ".join(str(o) for o in orphans[:5]) + "; keep the calls that made them "
+                "(they replay for free), or, if the repair drops that work on purpose, run it "
+                "with orphan_policy warn (the envelope's, or REVISE_ORPHAN_POLICY)",
                 identity=str(orphans[0])).to_json())
         return orphans, policy
 

@@ -25,7 +25,7 @@ class _Model(BaseModel):
 class ErrorReport(_Model):
     """A Revise error's ``to_json`` (its typed fields travel along), or the error a script
     failed with (its exception's type; ``code`` is a provider's code for a CapabilityError,
-    else none)."""
+    else ``script_error``)."""
 
     model_config = ConfigDict(extra="allow")
 

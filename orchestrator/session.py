@@ -46,6 +46,7 @@ from broker.errors import (
     SandboxError,
     SandboxProtocolError,
     SandboxTimeout,
+    ScriptError,
     SemanticRepeatDenied,
     error_class,
 )
@@ -627,7 +628,8 @@ class Session:
             self.latch(ReplayDivergence(
                 f"the race at {identity} has a committed winner that none of its branches "
                 "makes any more (its first call changed or is gone); the run stops before "
-                "any new effect", identity=str(identity)), decided=True)
+                "any new effect. Keep the winning branch's first call, with its payload, "
+                "among the race's branches", identity=str(identity)), decided=True)
             return
         self._record(Recorded(identity, RACE, Outcome.REPLAYED, committed_by=slot.revision))
         self._answer(frame["seq"], {"ok": True, "winner": winner, "index": index})
@@ -693,8 +695,8 @@ def _vouched(error: dict[str, Any], answered: Mapping[Any, dict[str, Any]]) -> d
         if known is not None:
             return {**error, **known}
     elif kind == "ScriptError" or error_class(kind) is None:
-        return error
-    return {"type": "ScriptError", "line": error.get("line"),
+        return {**error, "code": ScriptError.code}  # the script's own exception
+    return {"type": "ScriptError", "code": ScriptError.code, "line": error.get("line"),
             "message": f"the script raised an error named {kind}: {error['message']}"}
 
 
