@@ -10,9 +10,11 @@ read at all (and which are misspelt) is known only above every layer, in
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import tempfile
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -440,3 +442,49 @@ def provider_problem(settings: Settings) -> str | None:
     if settings.provider not in ("local", "http"):
         return f"REVISE_PROVIDER={settings.provider} is not a provider; use local or http"
     return None
+
+
+def provider_key_problem(settings: Settings) -> str | None:
+    """An HTTP provider without a credential: OpenAI and Azure OpenAI refuse every request
+    (401), found out only at each call. A gateway that carries its own key in
+    REVISE_PROVIDER_HEADERS (the README's documented setup with no provider key) needs
+    none."""
+    key = settings.provider_api_key
+    if settings.provider != "http" or settings.provider_headers is not None or (
+            key is not None and key.get_secret_value()):
+        return None
+    return ("REVISE_PROVIDER=http needs REVISE_PROVIDER_API_KEY (the provider's key; "
+            "REVISE_PROVIDER_API_KEY_HEADER=api-key for Azure OpenAI; any value, as "
+            "vLLM's EMPTY, for a server that checks none), or REVISE_PROVIDER_HEADERS "
+            "holding a gateway's own key")
+
+
+# A full disk is no such problem: it passes, and a paid result waits in memory meanwhile.
+_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def home_problem(settings: Settings) -> str | None:
+    """REVISE_HOME cannot be created or written: every role keeps state there (the SQLite
+    store, the spool, the provider log, sandbox work dirs) and failed at its first use.
+    Probed by making and removing a file in it (a directory beside it when it does not
+    exist yet), so nothing is left behind and nothing is created."""
+    home = settings.home
+    existing = next(path for path in (home, *home.parents) if os.path.exists(path))
+    verb, made = ("written", "a file") if existing == home else ("created", "a directory")
+    if not existing.is_dir():
+        verb, reason = ("used" if existing == home else verb), f"{existing} is not a directory"
+    else:
+        try:
+            if existing == home:
+                handle, probe = tempfile.mkstemp(dir=home, prefix=".revise-probe-")
+                os.close(handle)
+                os.unlink(probe)
+            else:
+                os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".revise-probe-"))
+            return None
+        except OSError as exc:
+            if exc.errno in _FULL:
+                return None
+            reason = f"making {made} in {existing} failed: {exc.strerror or exc}"
+    return (f"REVISE_HOME={home} cannot be {verb} ({reason}); set REVISE_HOME to a "
+            "directory this user can create and write, e.g. $PWD/.revise")

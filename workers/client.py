@@ -31,8 +31,8 @@ from broker.errors import (
 )
 from broker.names import validate_name
 from broker.outage import is_queue_outage, queue_unavailable
-from broker.records import AttemptStatus, JobStatus, RevisionStatus
-from broker.settings import Settings
+from broker.records import AttemptStatus, JobStatus, RevisionRecord, RevisionStatus
+from broker.settings import Settings, mask_url
 from broker.sqlstore import SqlStore
 from orchestrator.source import decode_source
 from workers.app import ReviseCelery, make_app
@@ -173,11 +173,22 @@ class JobHandle:
             return DISPATCHING if state == "STARTED" else QUEUED
         if answer["error"] is not None:
             return "stopped"
-        revision = self.client.store.get_revision(self.run_id, answer["revision"])
+        return self._revision(answer["revision"]).status
+
+    def _revision(self, number: int) -> RevisionRecord:
+        """The revision the dispatcher answered for, from this client's run store: the
+        dispatcher stored it before it answered, so missing here means the workers use
+        another run store (this shell lacks their REVISE_DATABASE_URL)."""
+        revision = self.client.store.get_revision(self.run_id, number)
         if revision is None:
-            raise RunNotFound(f"revision {answer['revision']} of run {self.run_id!r} is "
-                              "missing from the store", run_id=self.run_id)
-        return revision.status
+            url = mask_url(self.client.settings.resolved_database_url)
+            raise RunNotFound(
+                f"revision {number} of run {self.run_id!r} is missing from this client's run "
+                f"store ({url}), though the dispatcher answered for it: the workers wrote it "
+                "to another run store; set REVISE_DATABASE_URL as the workers have it "
+                f"(`revise config` where they run) and look again: `revise show {self.run_id}`",
+                run_id=self.run_id)
+        return revision
 
     def done(self) -> bool:
         """The job ended (succeeded, failed or stopped), read once now."""
@@ -321,9 +332,8 @@ class JobHandle:
             raise RuntimeError(f"job {self.job_id} has not been dispatched yet; wait() first")
         if answer["error"] is not None:
             raise _refusal(self.job_id, answer["error"])
-        revision = self.client.store.get_revision(self.run_id, answer["revision"])
-        if (revision is None or revision.status is RevisionStatus.RUNNING
-                or revision.summary is None):
+        revision = self._revision(answer["revision"])
+        if revision.status is RevisionStatus.RUNNING or revision.summary is None:
             raise RuntimeError(f"job {self.job_id} is still running; wait() first")
         return revision.summary
 

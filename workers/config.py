@@ -6,10 +6,17 @@ The run-level settings (database, Redis, sandbox, policies) stay in
 
 from __future__ import annotations
 
+import re
+
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from broker.settings import CheckedSettings
+
+# What the Procfile can put unquoted into each worker's `-Q ${REVISE_CELERY_QUEUE_PREFIX}...`:
+# a space splits the option, a shell character runs something else, a comma names two queues.
+QUEUE_PREFIX_CHARACTERS = "letters, digits, '.', '_', ':' and '-'"
+_QUEUE_PREFIX = re.compile(r"[A-Za-z0-9._:-]*")
 
 
 class WorkerSettings(CheckedSettings):
@@ -53,6 +60,14 @@ class WorkerSettings(CheckedSettings):
     local_latency: float = Field(
         default=0.0, ge=0, description="simulated latency of the local provider (tests and "
         "benchmarks only; ignored by real providers)")
+
+    @field_validator("queue_prefix")
+    @classmethod
+    def _safe_prefix(cls, prefix: str) -> str:
+        if not _QUEUE_PREFIX.fullmatch(prefix):
+            raise ValueError(f"{prefix!r} holds a character a queue name in the Procfile "
+                             f"cannot; use only {QUEUE_PREFIX_CHARACTERS}, e.g. stack1-")
+        return prefix
 
     # ---- Redis retention (issue 29): what a finished run leaves in Redis, and how long -----
     result_expires_seconds: int = Field(

@@ -6,10 +6,13 @@ Every field of the run settings (``broker.settings.Settings``), the queue's and 
 (``env`` or ``default``). Secrets are masked: SecretStr fields and the password inside a
 URL. ``--check`` prints one ``error:`` line per problem (a value a setting refuses, such
 as a database URL that cannot be parsed; settings a role would refuse or start degraded
-with, such as an HTTP provider without its URL, an S3 artifact store without its bucket
-or Flower published without authentication; a ``REVISE_*`` variable nothing reads, with
-the nearest real name) and exits 2 when there is one. It never connects to the database,
-Redis or a sandbox: it is what to run first when one of them is not found.
+with, such as an HTTP provider without its URL or key, a REVISE_HOME that cannot be
+written, an S3 artifact store without its bucket or Flower published without
+authentication; a ``REVISE_*`` variable nothing reads, with the nearest real name) and
+exits 2 when there is one. It never connects to the database, Redis or a sandbox (it
+only tries making a file in REVISE_HOME, and removes it): it is what to run first when
+one of them is not found. Piped, the settings are plain lines
+(``VARIABLE<tab>value<tab>source``), never cut to a terminal's width.
 
 Registered on the main app by ``register(app)``.
 """
@@ -87,13 +90,22 @@ def _role_problems(instances: dict[str, Any]) -> list[str]:
     """What a role would refuse to start with, or start degraded with, that the settings
     alone show (no connection): each line names the role."""
     from broker.artifact_stores import artifact_store_problem
-    from broker.settings import provider_ignored, provider_problem
+    from broker.settings import (
+        home_problem,
+        provider_ignored,
+        provider_key_problem,
+        provider_problem,
+    )
 
     found = []
     if instances.get("Settings") is not None:
-        problem = provider_problem(instances["Settings"])
+        problem = home_problem(instances["Settings"])
         if problem:
-            found.append(f"broker workers would start degraded: {problem}")
+            found.append(f"every role would refuse to start: {problem}")
+        problem = (provider_problem(instances["Settings"])
+                   or provider_key_problem(instances["Settings"]))
+        if problem:
+            found.append(f"broker workers would refuse to start: {problem}")
         problem = provider_ignored(instances["Settings"])
         if problem:
             found.append(f"no provider would be called: {problem}")
@@ -108,6 +120,17 @@ def _role_problems(instances: dict[str, Any]) -> list[str]:
 
 
 def _table(c: Console, rows: list[dict[str, Any]], problems: list[str]) -> None:
+    if c.is_terminal:
+        _boxed(c, rows)
+    else:  # piped (`revise config | grep URL`): one whole line per setting, never folded
+        for row in rows:
+            value = "" if row["value"] is None else str(row["value"])
+            c.file.write(f"{row['variable']}\t{value}\t{row['source']}\n")
+    for problem in problems:
+        err.print(f"[yellow]warning[/]: {render.escape(problem)}")
+
+
+def _boxed(c: Console, rows: list[dict[str, Any]]) -> None:
     table = render.Table()
     table.add_column("variable", no_wrap=True)  # the name an operator copies: never cut
     table.add_column("value", overflow="fold")
@@ -117,8 +140,6 @@ def _table(c: Console, rows: list[dict[str, Any]], problems: list[str]) -> None:
         table.add_row(row["variable"], render.escape(value),
                       "[bold]env[/]" if row["source"] == "env" else "default")
     c.print(table)
-    for problem in problems:
-        err.print(f"[yellow]warning[/]: {render.escape(problem)}")
 
 
 def register(app: typer.Typer) -> None:

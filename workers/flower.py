@@ -14,14 +14,18 @@ Flower can shut workers down and revoke tasks, so it refuses to be reachable fro
 hosts without authentication: an address that is not loopback needs
 ``REVISE_FLOWER_AUTH`` (or Flower's own ``--basic-auth`` / ``--auth`` OAuth options).
 ``--in-container`` listens on every interface of its container (compose publishes the
-port on the host at ``REVISE_FLOWER_ADDRESS``, which is then the address judged).
+port on the host at ``REVISE_FLOWER_ADDRESS``, which is then the address judged). An
+address it cannot listen on (most often the port of an earlier stack's Flower, still
+running) stops it with one line that says so, not Tornado's traceback.
 Which workers and tasks it sees is the app's: events and control are this stack's only
 (``workers.app``, per ``REVISE_CELERY_QUEUE_PREFIX``).
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import socket
 import sys
 from collections.abc import MutableMapping
 from typing import Any
@@ -78,6 +82,48 @@ def flower_options(settings: FlowerSettings, options: list[str],
     return [*extra, *options]
 
 
+def _option(options: list[str], name: str) -> str | None:
+    """The value of ``--name=V`` or ``--name V`` (the last one given wins, as in Flower)."""
+    found = None
+    for index, option in enumerate(options):
+        if option.startswith(f"{name}="):
+            found = option.split("=", 1)[1]
+        elif option == name and index + 1 < len(options):
+            found = options[index + 1]
+    return found
+
+
+def listen_problem(options: list[str]) -> str | None:
+    """Why Flower could not listen where ``options`` say, found by binding there first as
+    Tornado will (SO_REUSEADDR), or None. Tornado's own answer is a 37-line traceback,
+    and honcho stops the whole stack when Flower exits."""
+    address, port = _option(options, "--address") or "", _option(options, "--port") or ""
+    try:
+        infos = socket.getaddrinfo(address or None, int(port), socket.AF_UNSPEC,
+                                   socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
+    except (OSError, ValueError):
+        return None  # an address or port Flower itself will name
+    shown = f"[{address}]:{port}" if ":" in address else f"{address or '*'}:{port}"
+    for family, kind, proto, _, where in infos:
+        with socket.socket(family, kind, proto) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:  # as Tornado: the IPv4 address is bound apart
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                sock.bind(where)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return (f"Flower cannot listen on {shown}: the address is already in "
+                            f"use (REVISE_FLOWER_PORT={port}), most likely by the Flower of "
+                            "an earlier stack still running; find it with `ss -ltnp "
+                            f"'sport = :{port}'` or `pgrep -af 'workers.flower|celery -A "
+                            "workers.app'` and stop it, or set REVISE_FLOWER_PORT to a "
+                            "free port")
+                return (f"Flower cannot listen on {shown}: {exc.strerror or exc}; check "
+                        "REVISE_FLOWER_ADDRESS and REVISE_FLOWER_PORT")
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     from celery.bin.celery import main as celery_main
 
@@ -86,6 +132,9 @@ def main(argv: list[str] | None = None) -> None:
         options = flower_options(FlowerSettings(), given, os.environ)
     except SettingsError as exc:
         raise SystemExit(f"error: {exc.message}") from None
+    problem = listen_problem(options)
+    if problem is not None:
+        raise SystemExit(f"error: {problem}")
     command.Flower = ReviseFlower  # type: ignore[misc]  # the one class flower() builds
     sys.argv = ["celery", "-A", "workers.app", "flower", *options]
     celery_main()

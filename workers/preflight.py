@@ -1,11 +1,18 @@
 """What a worker depends on, checked once when it starts (every role).
 
-Each problem is one log line that names it and the fix: the run store (reachable, schema
-at head), the ledger's Redis, the provider's configuration (broker role); a sandbox
-worker without a sandbox refuses to start (``workers.app``). A worker with a problem
-still starts, degraded, and says so once: the store or Redis may come back (every task
-then waits or retries as it always does), and an operator reads the line in the
-worker's log, or `revise config --check` before starting.
+A setting the worker can never work with, which the settings alone show, stops it
+before it takes a task (``worker_init``), with one ``error:`` line naming the variable
+and the fix (``refusals``): a REVISE_HOME that cannot be created or written (every role),
+and on a broker worker a provider that is no provider, an HTTP provider without its URL
+or key, an artifact store that cannot open. Started anyway, such a worker took every
+call and failed it, and the job waiting on it saw a lost task, never the cause.
+
+Whatever may pass is said instead, one log line naming it and the fix (``problems``):
+the run store (reachable, schema at head), the ledger's Redis, an HTTP provider set up
+but not chosen. Such a worker still starts, degraded, and says so once: the store or
+Redis may come back (every task then waits or retries as it always does), and an
+operator reads the line in the worker's log, or `revise config --check` before starting.
+A sandbox worker without a sandbox refuses to start too (``workers.app``).
 """
 
 from __future__ import annotations
@@ -13,17 +20,35 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from celery.signals import worker_ready
+from celery.signals import worker_init, worker_ready
 
 from broker.artifact_stores import artifact_store_problem
 from broker.errors import ReviseError
-from broker.settings import provider_ignored, provider_problem
+from broker.settings import (
+    Settings,
+    home_problem,
+    provider_ignored,
+    provider_key_problem,
+    provider_problem,
+)
 
 log = logging.getLogger("revise.preflight")
+ROLES = {"dispatch": "dispatcher", "sandbox": "sandbox", "capabilities": "broker",
+         "reconcile": "reconciler"}  # queue role: the worker's name in the Procfile
+
+
+def refusals(settings: Settings, roles: set[str]) -> list[str]:
+    """What this worker can never work with, from the settings alone (no connection): one
+    line each, in the words of `revise config --check`."""
+    found = [home_problem(settings)]
+    if "capabilities" in roles:
+        found += [provider_problem(settings) or provider_key_problem(settings),
+                  artifact_store_problem(settings)]
+    return [line for line in found if line is not None]
 
 
 def problems(ctx: Any, roles: set[str]) -> list[str]:
-    """One line per thing this worker needs that is not there."""
+    """One line per thing this worker needs that is not there (it may come back)."""
     found = []
     try:
         ctx.store.list_runs(1)
@@ -34,13 +59,32 @@ def problems(ctx: Any, roles: set[str]) -> list[str]:
     except Exception as exc:  # any client error: Redis is not there
         found.append(f"Redis at {ctx.settings.redis_url.split('@')[-1]} does not answer "
                      f"({type(exc).__name__}); check REVISE_REDIS_URL")
-    provider = provider_problem(ctx.settings) or provider_ignored(ctx.settings)
-    if "capabilities" in roles and provider is not None:
-        found.append(f"provider: {provider}")
+    if "capabilities" in roles and (ignored := provider_ignored(ctx.settings)) is not None:
+        found.append(f"provider: {ignored}")
     artifacts = artifact_store_problem(ctx.settings)
-    if artifacts is not None:
+    if artifacts is not None:  # a broker worker refused it; another role may not need it
         found.append(f"artifact store: {artifacts}")
     return found
+
+
+def _roles(app: Any) -> set[str]:
+    consumed = set(app.amqp.queues.consume_from or {})
+    return {role for role in ROLES if app.routing.queue(role) in consumed}
+
+
+@worker_init.connect
+def refuse_on_start(sender: Any = None, **_: Any) -> None:
+    """SystemExit, because Celery logs and ignores an Exception raised by a signal
+    handler."""
+    from workers.app import app
+
+    if getattr(sender, "app", None) is not app:
+        return
+    roles = _roles(app)
+    found = refusals(app.revise_settings, roles)
+    if found:
+        names = "/".join(ROLES[role] for role in ROLES if role in roles) or "Celery"
+        raise SystemExit(f"error: refusing to start a {names} worker: {'; '.join(found)}")
 
 
 @worker_ready.connect
@@ -52,12 +96,9 @@ def check_on_start(sender: Any = None, **_: Any) -> None:
         return
     from workers.context import WorkerContext
 
-    consumed = set(app.amqp.queues.consume_from or {})
-    roles = {role for role in ("dispatch", "sandbox", "capabilities", "reconcile")
-             if app.routing.queue(role) in consumed}
     ctx = WorkerContext(app.revise_settings, app.queue_settings)  # its own, closed after
     try:
-        found = problems(ctx, roles)
+        found = problems(ctx, _roles(app))
     finally:
         if "store" in ctx.__dict__:
             ctx.store.close()

@@ -3,12 +3,16 @@ warns about a variable nothing reads."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
 
+from rich.console import Console
+
 from broker.settings import Settings
 from tests.broker.test_settings_env import _revise
+from workers.config_cli import _table
 
 
 def test_a_misspelt_variable_is_a_warning_line_for_every_command(tmp_path: Path) -> None:
@@ -41,14 +45,29 @@ def test_revise_config_shows_every_setting_masked_with_its_source(tmp_path: Path
         "variable": "REVISE_LEDGER_POLICY", "value": "auto", "source": "default"}
     assert set(rows) >= {f"REVISE_{f.upper()}" for f in Settings.model_fields}
     assert data["problems"] == []
-    human = _revise("config", tmp_path=tmp_path, env={"REVISE_SANDBOX": "process",
-                                                      "COLUMNS": "80"})
-    assert re.search(r"REVISE_SANDBOX\s.*process\s.*env", human.stdout), human.stdout
-    # At 80 columns every name is whole (they were cut: REVISE_PROVIDER_HONOURS_IDEMPO…),
-    # the values fold.
-    assert max(map(len, human.stdout.splitlines())) <= 80
-    names = set(re.findall(r"│ (REVISE_\w+)", human.stdout))
-    assert names == {row["variable"] for row in data["settings"]}, human.stdout
+    # On a terminal of 80 columns every name is whole (they were cut:
+    # REVISE_PROVIDER_HONOURS_IDEMPO…), the values fold.
+    terminal = Console(file=io.StringIO(), width=80, force_terminal=True, color_system=None)
+    _table(terminal, data["settings"], [])
+    shown = terminal.file.getvalue()
+    assert re.search(r"REVISE_CELERY_QUEUE_PREFIX\s.*a-\s.*env", shown), shown
+    assert max(map(len, shown.splitlines())) <= 80
+    names = set(re.findall(r"│ (REVISE_\w+)", shown))
+    assert names == {row["variable"] for row in data["settings"]}, shown
+
+
+def test_piped_revise_config_is_one_whole_line_per_setting(tmp_path: Path) -> None:
+    """`revise config | grep DATABASE_URL` showed the URL cut where the table folded it."""
+    url = ("postgresql+psycopg://revise:s3cret@a-rather-long-database-host.example.internal:"
+           "5432/a_rather_long_database_name")
+    piped = _revise("config", tmp_path=tmp_path, env={
+        "REVISE_DATABASE_URL": url, "REVISE_SANDBOX": "process", "COLUMNS": "80"})
+    assert piped.returncode == 0 and "s3cret" not in piped.stdout
+    lines = piped.stdout.splitlines()
+    assert ("REVISE_DATABASE_URL\t" + url.replace("s3cret", "***") + "\tenv") in lines
+    assert "REVISE_SANDBOX\tprocess\tenv" in lines
+    assert "REVISE_S3_BUCKET\t\tdefault" in lines  # unset: an empty value
+    assert all(line.count("\t") == 2 for line in lines), lines
 
 
 def test_revise_config_check_is_one_line_per_problem(tmp_path: Path) -> None:
@@ -79,7 +98,7 @@ def test_revise_config_check_names_what_a_role_would_refuse(tmp_path: Path) -> N
         "REVISE_PROVIDER": "http", "REVISE_FLOWER_ADDRESS": "0.0.0.0"})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "error: broker workers would start degraded: REVISE_PROVIDER=http needs "
+        "error: broker workers would refuse to start: REVISE_PROVIDER=http needs "
         "REVISE_PROVIDER_BASE_URL, e.g. https://api.openai.com/v1",
         "error: flower would refuse to start: Flower would be reachable from other hosts at "
         "0.0.0.0 without authentication (it can shut workers down); set REVISE_FLOWER_AUTH="
@@ -88,7 +107,7 @@ def test_revise_config_check_names_what_a_role_would_refuse(tmp_path: Path) -> N
     schemeless = _revise("config", "--check", tmp_path=tmp_path, env={
         "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "api.openai.com/v1"})
     assert schemeless.stderr.strip().splitlines() == [
-        "error: broker workers would start degraded: REVISE_PROVIDER_BASE_URL="
+        "error: broker workers would refuse to start: REVISE_PROVIDER_BASE_URL="
         "api.openai.com/v1 is not an http(s) URL; write it with its scheme and API prefix, "
         "e.g. https://api.openai.com/v1"]
     embedded = _revise("runs", tmp_path=tmp_path, env={
@@ -101,8 +120,48 @@ def test_revise_config_check_names_what_a_role_would_refuse(tmp_path: Path) -> N
     assert run.stderr.strip().endswith("e.g. https://api.openai.com/v1"), run.stderr
     fixed = _revise("config", "--check", tmp_path=tmp_path, env={
         "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "http://127.0.0.1:9/v1",
+        "REVISE_PROVIDER_API_KEY": "sk-s3cret",
         "REVISE_FLOWER_ADDRESS": "0.0.0.0", "REVISE_FLOWER_AUTH": "ops:s3cret"})
     assert fixed.returncode == 0 and "s3cret" not in fixed.stdout + fixed.stderr
+
+
+def test_revise_config_check_names_each_setting_a_role_cannot_start_with(
+        tmp_path: Path) -> None:
+    """Each of these said `ok`, and its role then failed (or took every call and failed
+    it): the words are the ones the role refuses to start with."""
+    cases = {
+        "unknown provider": ({"REVISE_PROVIDER": "openai"}, [
+            "error: broker workers would refuse to start: REVISE_PROVIDER=openai is not a "
+            "provider; use local or http"]),
+        "http without a key": ({"REVISE_PROVIDER": "http",
+                                "REVISE_PROVIDER_BASE_URL": "https://api.openai.com/v1"}, [
+            "error: broker workers would refuse to start: REVISE_PROVIDER=http needs "
+            "REVISE_PROVIDER_API_KEY (the provider's key; REVISE_PROVIDER_API_KEY_HEADER="
+            "api-key for Azure OpenAI; any value, as vLLM's EMPTY, for a server that checks "
+            "none), or REVISE_PROVIDER_HEADERS holding a gateway's own key"]),
+        "a prefix the Procfile splits": ({"REVISE_CELERY_QUEUE_PREFIX": "my stack-"}, [
+            "error: REVISE_CELERY_QUEUE_PREFIX: 'my stack-' holds a character a queue name "
+            "in the Procfile cannot; use only letters, digits, '.', '_', ':' and '-', e.g. "
+            "stack1-"]),
+        "a HOME that cannot be created": ({"REVISE_HOME": "/proc/revise"}, [
+            "error: every role would refuse to start: REVISE_HOME=/proc/revise cannot be "
+            "created (making a directory in /proc failed: No such file or directory); set "
+            "REVISE_HOME to a directory this user can create and write, e.g. $PWD/.revise"]),
+    }
+    for name, (env, expected) in cases.items():
+        done = _revise("config", "--check", tmp_path=tmp_path, env=env)
+        assert (done.returncode, done.stderr.strip().splitlines()) == (2, expected), name
+    file = tmp_path / "a-file"
+    file.write_text("")
+    under_a_file = _revise("config", "--check", tmp_path=tmp_path,
+                           env={"REVISE_HOME": str(file / "home")})
+    assert f"{file} is not a directory" in under_a_file.stderr
+    gateway = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "https://gw.example/v1",
+        "REVISE_PROVIDER_HEADERS": '{"X-Gateway-Key": "g-s3cret"}',
+        "REVISE_CELERY_QUEUE_PREFIX": "stack.1:a_b-"})
+    assert gateway.returncode == 0, gateway.stderr
+    assert not list((tmp_path / "home").parent.glob(".revise-probe-*"))  # nothing left
 
 
 def test_revise_config_check_names_a_redis_url_and_an_s3_store_that_cannot_work(

@@ -5,6 +5,9 @@ without authentication, and REVISE_FLOWER_AUTH is its basic auth."""
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
 import sys
 import time
 
@@ -13,9 +16,9 @@ import pytest
 
 from broker.settings import SettingsError
 from workers.config import FlowerSettings
-from workers.flower import flower_options
+from workers.flower import flower_options, listen_problem
 
-from .conftest import SCRIPTS, free_port
+from .conftest import ROOT, SCRIPTS, free_port
 from .test_procfile import get_json
 
 
@@ -55,6 +58,44 @@ def test_in_a_container_it_listens_on_every_interface_and_the_published_address_
 def test_a_password_without_a_user_is_refused() -> None:
     with pytest.raises(SettingsError, match="REVISE_FLOWER_AUTH: write user:password"):
         FlowerSettings(auth="s3cret")
+
+
+# ---- a port already in use -----------------------------------------------------------------
+
+
+def test_a_port_in_use_is_named_with_how_to_find_who_holds_it() -> None:
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        for options in (["--address=127.0.0.1", f"--port={port}"],
+                        ["--address", "", "--port", str(port)]):
+            problem = listen_problem(options)
+            assert problem is not None and "already in use" in problem, options
+            assert f"REVISE_FLOWER_PORT={port}" in problem and "ss -ltnp" in problem
+    assert listen_problem(["--address=127.0.0.1", f"--port={port}"]) is None  # free again
+
+
+def test_flower_on_a_port_in_use_stops_in_one_line(tmp_path) -> None:
+    """It printed Tornado's 37-line traceback (OSError: [Errno 98] Address already in use),
+    and honcho stopped the stack without a word of the earlier stack still running."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REVISE_")}
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "workers.flower"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120, env={
+                                  **env, "PYTHONPATH": str(ROOT),
+                                  "REVISE_HOME": str(tmp_path / "home"),
+                                  "REVISE_REDIS_URL": "redis://127.0.0.1:1/12",
+                                  "REVISE_FLOWER_PORT": str(port)})
+    assert done.returncode != 0 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: Flower cannot listen on 127.0.0.1:{port}: the address is already in use "
+        f"(REVISE_FLOWER_PORT={port}), most likely by the Flower of an earlier stack still "
+        f"running; find it with `ss -ltnp 'sport = :{port}'` or `pgrep -af 'workers.flower|"
+        "celery -A workers.app'` and stop it, or set REVISE_FLOWER_PORT to a free port"]
 
 
 # ---- a real Flower beside two stacks on one Redis db --------------------------------------
