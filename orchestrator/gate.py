@@ -52,6 +52,7 @@ class Counterexample:
     line: int | None = None
     committed_line: int | None = None
     candidates: tuple[str, ...] = ()
+    movable: bool = True  # the gate relocates moved calls (REVISE_RELOCATION=remap)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": str(self.kind), "site": self.site,
@@ -65,6 +66,10 @@ class Counterexample:
             return (f"frozen race {self.site}{where} is gone: the candidate has no ctx.race "
                     "that could be it; keep one ctx.race there (its branches may change, but "
                     "its committed winner must still be one of them)")
+        if self.kind is CounterexampleKind.REMOVED and not self.movable:
+            return (f"frozen site {self.site}{where} ({self.expected_capability}) is gone from "
+                    "where it was committed, and REVISE_RELOCATION=stop keeps committed calls "
+                    "where they are: leave the call there, with its call expression unchanged")
         if self.kind is CounterexampleKind.REMOVED:
             return (f"frozen site {self.site}{where} ({self.expected_capability}) is gone: no "
                     "call in the candidate has its capability and exact call expression; keep "
@@ -187,7 +192,8 @@ def check_gate(frozen: Mapping[str, FrozenSite], candidate: Iterable[Site], *,
         matcher.unique(lambda s: (*_call_of(s), s.chain_fingerprint))
         matcher.unique(_call_of)
     matcher.in_place(strict_chain=False)
-    problems = [_counterexample(matcher, want) for want in matcher.open_frozen()]
+    problems = [_counterexample(matcher, want, movable=relocation != "stop")
+                for want in matcher.open_frozen()]
     relocations = tuple(
         Relocation(f, s, matcher.candidate[s].line, frozen[f].line)
         for f, s in sorted(matcher.bound.items()) if f != s)
@@ -196,16 +202,18 @@ def check_gate(frozen: Mapping[str, FrozenSite], candidate: Iterable[Site], *,
                       storage=_storage_names(matcher, sites))
 
 
-def _counterexample(matcher: _Matcher, want: FrozenSite) -> Counterexample:
+def _counterexample(matcher: _Matcher, want: FrozenSite, *, movable: bool
+                    ) -> Counterexample:
     same = sorted(s.site for s in matcher.candidate.values()
                   if s.site not in matcher.taken and _same_call(want, s))
     got = matcher.candidate.get(want.site)
-    if len(same) > 1:
+    if movable and len(same) > 1:
         return Counterexample(CounterexampleKind.AMBIGUOUS, want.site, want.capability,
                               committed_line=want.line, candidates=tuple(same))
     if got is None or got.site in matcher.taken:
         return Counterexample(CounterexampleKind.REMOVED, want.site, want.capability,
-                              committed_line=want.line, candidates=tuple(same))
+                              committed_line=want.line, candidates=tuple(same),
+                              movable=movable)
     kind = (CounterexampleKind.CAPABILITY_CHANGED if got.capability != want.capability
             else CounterexampleKind.CALL_CHANGED)
     return Counterexample(kind, want.site, want.capability, got.capability, got.line,

@@ -84,7 +84,10 @@ def test_renamed_helper_relocates_and_stores_under_the_frozen_names() -> None:
         ("orchestrate/#1>orchestrate.gen/#0", "orchestrate/#1>orchestrate.make/#0")}
     assert result.storage["orchestrate/#0>orchestrate.make/#0"] == \
         "orchestrate/#0>orchestrate.gen/#0"
-    assert not gate(committed(V1), renamed, relocation="stop").accepted
+    strict = gate(committed(V1), renamed, relocation="stop")
+    assert not strict.accepted
+    assert all("REVISE_RELOCATION=stop" in c.describe() and "may move" not in c.describe()
+               for c in strict.counterexamples)
 
 
 def test_swapped_callers_relocate_by_their_arguments() -> None:
