@@ -50,9 +50,14 @@ def create_database(url: str) -> bool:
             conn.exec_driver_sql(f"CREATE DATABASE {quoted}")
             return True
     except OperationalError as exc:
+        reason = " ".join(str(exc.orig).split())[:200]
+        if "FATAL:" in reason:  # the server answered, and refused this user
+            raise StoreUnavailable(f"{safe} refused the connection that would create the run "
+                                   f"store's database ({reason}); check the user and password "
+                                   "in REVISE_DATABASE_URL", url=safe) from exc
         raise StoreUnavailable(f"cannot reach {safe} to create the run store's database "
-                               f"({' '.join(str(exc.orig).split())[:200]}); check that "
-                               "PostgreSQL is running there", url=safe) from exc
+                               f"({reason}); check that PostgreSQL is running there",
+                               url=safe) from exc
     except DBAPIError as exc:
         raise StoreUnavailable(
             f"database {name!r} does not exist and the role of REVISE_DATABASE_URL may not "

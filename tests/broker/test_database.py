@@ -57,3 +57,14 @@ def test_a_role_that_may_not_create_is_told_what_to_ask_for(fresh_url: str) -> N
     name = fresh_url.rsplit("/", 1)[1]
     assert f"CREATE DATABASE {name} OWNER revise_nocreate" in caught.value.message
     assert "s3cret" not in caught.value.message
+
+
+def test_a_role_the_server_does_not_know_is_named_not_the_server(fresh_url: str) -> None:
+    """PostgreSQL answered (FATAL: role does not exist): the server runs, the user is wrong."""
+    user = fresh_url.split("://", 1)[1].split("@", 1)[0]
+    with pytest.raises(StoreUnavailable) as caught:
+        prepare_database(fresh_url.replace(f"{user}@", "revise_nobody:pw9@"))
+    message = caught.value.message
+    assert 'role "revise_nobody" does not exist' in message and "pw9" not in message
+    assert "check the user and password in REVISE_DATABASE_URL" in message
+    assert "running there" not in message
