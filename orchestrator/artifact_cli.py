@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -48,15 +49,25 @@ def fetch_to(settings: Settings, artifact: str, target: Path) -> dict[str, objec
         try:
             with os.fdopen(fd, "wb") as handle:
                 for chunk in chunks:
-                    handle.write(chunk)
+                    _written(target, handle.write, chunk)
                     size += len(chunk)
-            os.replace(tmp, target)
+            _written(target, os.replace, tmp, target)
         finally:
             Path(tmp).unlink(missing_ok=True)
     finally:
         if store is not None:
             store.close()
     return {"artifact": artifact, "bytes": size, "out": str(target), "store": artifacts.where}
+
+
+def _written(target: Path, write: Callable[..., object], *args: Any) -> None:
+    """``write(*args)``; its OSError (FILE is a directory, the disk is full) is one error
+    naming FILE. Only the writes are wrapped: a store that fails to read says so itself."""
+    try:
+        write(*args)
+    except OSError as exc:
+        raise InputError(f"cannot write {target}: {exc.strerror}; pass a writable -o FILE",
+                         file=str(target)) from None
 
 
 @artifact_app.command("get")

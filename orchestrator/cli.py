@@ -167,8 +167,14 @@ def run_cmd(
 
 @app.command("runs")
 @guard
-def runs_cmd(limit: int = 50, as_json: JsonFlag = False) -> None:
+def runs_cmd(
+    limit: Annotated[int, typer.Option("--limit", help="most runs to list")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
     """List runs, newest first."""
+    if limit < 0:
+        raise InputError(f"--limit {limit}: give the most runs to list, 0 or more",
+                         field="--limit", value=str(limit))
     services = _read_only_services()
     if services is None:
         runs = []  # nothing has run with this store yet
@@ -218,9 +224,17 @@ def report_cmd(
     finally:
         services.close()
     if html is not None:
-        html.write_text(render_html(view), encoding="utf-8")
+        _write_page(html, render_html(view))
     emit(as_json, view, lambda c: c.print(f"wrote {html}") if html is not None
          else render.show(c, view))
+
+
+def _write_page(path: Path, page: str) -> None:
+    try:
+        path.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"cannot write the report to {path}: {exc.strerror}; pass a "
+                         "writable --html FILE", file=str(path)) from None
 
 
 @app.command("certificate")
@@ -264,12 +278,21 @@ def _no_certificate(store: Any, run_id: str) -> Exception:
                       f"{run_id}` says why)")
 
 
+def _require_run(store: Any, run_id: str) -> None:
+    """A command about one run answers a run that does not exist as `revise show` does."""
+    from orchestrator.inspect import run_not_found
+
+    if store is None or store.get_run(run_id) is None:
+        raise run_not_found(run_id)
+
+
 @app.command("orphans")
 @guard
 def orphans_cmd(run_id: str, as_json: JsonFlag = False) -> None:
     """Committed identities that a later revision did not invoke."""
     services = _services(read_only=True)
     try:
+        _require_run(services.store, run_id)
         orphans = services.store.list_orphans(run_id)
     finally:
         services.close()
@@ -293,11 +316,13 @@ def attempts_cmd(
     statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.PENDING,
                           AttemptStatus.UNCERTAIN}) if unresolved else None
     services = _read_only_services()
-    attempts = []
-    if services is not None:
-        try:
-            attempts = services.store.list_attempts(run_id, statuses)
-        finally:
+    store = services.store if services is not None else None  # None: nothing ran yet
+    try:
+        if run_id is not None:
+            _require_run(store, run_id)
+        attempts = store.list_attempts(run_id, statuses) if store is not None else []
+    finally:
+        if services is not None:
             services.close()
     data = {"attempts": [render.attempt_json(a) for a in attempts]}
     emit(as_json, data, lambda c: render.attempts(c, attempts))

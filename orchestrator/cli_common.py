@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILED = 1  # the run, check or gate said no
 EXIT_USAGE = 2  # bad input: a file, an option, a setting
-EXIT_UNKNOWN = 3  # could not tell yet: `revise submit --wait` gave up waiting (the job
-#                  keeps running, or the store or Redis did not answer long enough)
+EXIT_UNKNOWN = 3  # could not tell yet: `revise submit` gave up (--wait's timeout passed
+#                  and the job keeps running, or the store or Redis did not answer long enough)
 # `revise repair` / `revise author`: why no repaired run came out of the model.
 EXIT_CANDIDATE_FAILED = EXIT_FAILED  # a candidate was admitted, ran, and did not succeed
 EXIT_NO_CANDIDATE = 4  # every round's candidate was refused before anything ran

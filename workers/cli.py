@@ -18,6 +18,7 @@ from orchestrator.cli import app
 from orchestrator.repair_cli import CandidateTarget
 from orchestrator.repair_cli import register as register_repair
 from workers.config_cli import register as register_config
+from workers.submit_cli import check_queue_settings
 from workers.submit_cli import register as register_submit
 
 if TYPE_CHECKING:
@@ -28,6 +29,7 @@ __all__ = ["app", "main"]
 
 def _repair_target(settings: Settings, timeout: float) -> CandidateTarget:
     # Loaded on use: `revise --help` stays fast (the target loads pydantic and Celery).
+    check_queue_settings()
     from workers.repair_via import RepairTarget
 
     return RepairTarget(settings, timeout=timeout)

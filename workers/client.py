@@ -260,8 +260,9 @@ class JobHandle:
                 raise TimeoutError(f"job {self.job_id} (run {self.run_id}) is still "
                                    f"{last_status} after {waited:.0f} s (as far as could be "
                                    f"told){'' if redis_away else self._unserved(last_status)}"
-                                   "; wait again or check "
-                                   f"`revise show {self.run_id}`")
+                                   "; the job is not cancelled (it runs, or waits for a "
+                                   f"worker): `revise show {self.run_id}` follows its run "
+                                   "once dispatched")
             try:
                 self._nap(delay)
             except QueueUnavailable as exc:

@@ -51,7 +51,8 @@ def test_revise_submit_against_a_dead_redis_names_it(tmp_path: Path) -> None:
         env={**os.environ, "REVISE_HOME": str(tmp_path / "home"), "COLUMNS": "300",
              "REVISE_REDIS_URL": f"redis://:hunter2@{DEAD}/0"})
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.returncode == 3 and done.stdout == ""
+    assert done.returncode == 3
+    assert json.loads(done.stdout)["error"]["code"] == "queue_unavailable"
     assert f"Redis at {DEAD} (db 0) is unavailable" in " ".join(done.stderr.split())
     assert "hunter2" not in done.stdout + done.stderr
 

@@ -30,7 +30,8 @@ def test_redis_down_for_the_whole_timeout_is_named_and_exits_3(tmp_path: Path) -
     cannot tell: exit 3 with the service named, never a traceback."""
     done = _submit(tmp_path, "redis://127.0.0.1:1/0", "--json", "--timeout", "3")
     assert done.returncode == EXIT_UNKNOWN
-    assert "Traceback" not in done.stderr and done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert json.loads(done.stdout)["error"]["code"] == "queue_unavailable"
     assert "waiting" in done.stderr and "queueing the job" in done.stderr
     assert "127.0.0.1:1" in done.stderr
 
