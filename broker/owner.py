@@ -32,10 +32,12 @@ VERSION = "v2"
 
 
 def _start_ticks(pid: int) -> str | None:
+    """When the living process ``pid`` started; None when there is none (a zombie has
+    ended: its parent has not reaped it yet, as a supervisor that does not reap)."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
             fields = fh.read().rsplit(")", 1)[1].split()
-        return fields[19]  # field 22 (starttime), counted after the ")" of comm
+        return None if fields[0] in ("Z", "X") else fields[19]  # state; field 22, starttime
     except (OSError, IndexError):
         return None
 

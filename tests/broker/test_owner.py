@@ -77,6 +77,29 @@ def test_local_owners_are_judged_by_pid_and_start_time() -> None:
     assert owner_alive(":".join(parts)) is False
 
 
+def test_an_owner_that_ended_is_dead_before_it_is_reaped() -> None:
+    """A zombie (a killed worker whose supervisor has not reaped it) is no owner: its
+    attempts are unresolved at once, not after four leases."""
+    import time
+
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, current_owner().encode())
+        os._exit(0)
+    os.close(write)
+    token = os.read(read, 400).decode()
+    os.close(read)
+    try:
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert owner_alive(token) is False
+    finally:
+        os.waitpid(pid, 0)
+
+
 @pytest.mark.parametrize("token", [
     "{host}:{pid}:0:1",  # the old host:pid:start:thread form
     "{host}:1",  # the old container label form
