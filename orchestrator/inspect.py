@@ -60,8 +60,9 @@ def _artifacts(slots: Iterable[SlotRecord], where: str | None) -> list[dict[str,
 
 
 def run_not_found(run_id: str) -> RunNotFound:
-    return RunNotFound(f"no run {run_id!r}; `revise runs` lists the known runs",
-                       run_id=run_id)
+    return RunNotFound(f"no run {run_id!r} in this run store; `revise runs` lists the known "
+                       "runs (a run submitted to a deployment appears once a dispatcher takes "
+                       "its job)", run_id=run_id)
 
 
 def describe_run(store: RunStore, run_id: str, *, artifacts_in: str | None = None

@@ -84,7 +84,9 @@ def test_a_run_that_does_not_exist_is_answered_as_show_answers(tmp_path: Path,
     assert _revise(home, *argv, "--json")[:2] == shown[:2]
     code, _, stderr = _revise(home, *argv)
     assert code == EXIT_FAILED
-    assert stderr.strip() == "error: no run 'nope'; `revise runs` lists the known runs"
+    assert " ".join(stderr.split()).startswith(
+        "error: no run 'nope' in this run store; `revise runs` lists the known runs (a run "
+        "submitted to a deployment appears once a dispatcher takes its job)")
 
 
 def test_attempts_of_a_run_in_a_store_nothing_ran_in(tmp_path: Path) -> None:
