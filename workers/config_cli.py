@@ -59,6 +59,19 @@ def _shown(value: Any) -> Any:
     return str(value)
 
 
+def _effective(instance: Any, field: str) -> Any:
+    """The value a setting has, an unset one that follows another included (an unset
+    REVISE_DATABASE_URL is the SQLite file under HOME, an unset broker URL is REVISE_REDIS_URL):
+    its ``resolved_`` property."""
+    value = getattr(instance, field)
+    if value is not None:
+        return value
+    for name in (f"resolved_{field}", f"resolved_{field.removeprefix('celery_')}"):
+        if hasattr(type(instance), name):
+            return getattr(instance, name)
+    return None
+
+
 def effective_settings() -> tuple[list[dict[str, Any]], list[str]]:
     """(one row per field of every settings class, the problems found), reading only the
     environment."""
@@ -78,7 +91,7 @@ def effective_settings() -> tuple[list[dict[str, Any]], list[str]]:
             instance = None
         instances[cls.__name__] = instance
         for field, variable in zip(cls.model_fields, env_names(cls), strict=True):
-            value = getattr(instance, field) if instance is not None else "(invalid)"
+            value = _effective(instance, field) if instance is not None else "(invalid)"
             rows.append({"variable": variable, "value": _shown(value),
                          "source": "env" if variable in environ else "default"})
     problems += _role_problems(instances)

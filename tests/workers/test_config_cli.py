@@ -43,6 +43,11 @@ def test_revise_config_shows_every_setting_masked_with_its_source(tmp_path: Path
     assert rows["REVISE_PROCESS_ISOLATION"]["value"] == "weak"
     assert rows["REVISE_LEDGER_POLICY"] == {
         "variable": "REVISE_LEDGER_POLICY", "value": "auto", "source": "default"}
+    # An unset setting that follows another shows what it is (it showed empty).
+    assert rows["REVISE_CELERY_BROKER_URL"] == {
+        "variable": "REVISE_CELERY_BROKER_URL", "value": rows["REVISE_REDIS_URL"]["value"],
+        "source": "default"}
+    assert rows["REVISE_ARTIFACT_STORE"]["value"] == "database"  # on PostgreSQL
     assert set(rows) >= {f"REVISE_{f.upper()}" for f in Settings.model_fields}
     assert data["problems"] == []
     # On a terminal of 80 columns every name is whole (they were cut:
