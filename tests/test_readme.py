@@ -21,6 +21,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from broker.settings import Settings, env_names
+from sandbox.process_profile import ProcessSettings
 from sandbox.runner import kill_processes_mentioning
 from tests.conftest import REDIS_URL, _missing_service, _pg_admin_url
 from workers.config import FlowerSettings, WorkerSettings
@@ -29,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 # Deployment-level settings read by compose.yaml, not by pydantic.
 DEPLOYMENT_ONLY = {"REVISE_DOCKER_GID", "REVISE_DB_PASSWORD", "REVISE_HOST_HOME"}
-# The settings an operator sets (the process sandbox's limits are documented in its module).
-SETTINGS_CLASSES = (Settings, WorkerSettings, FlowerSettings)
+# The settings an operator sets.
+SETTINGS_CLASSES = (Settings, WorkerSettings, FlowerSettings, ProcessSettings)
 
 
 def _fields() -> dict[str, Any]:
