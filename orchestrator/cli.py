@@ -264,10 +264,8 @@ def certificate_cmd(run_id: str, as_json: JsonFlag = False) -> None:
 
 def _no_certificate(store: Any, run_id: str) -> Exception:
     from broker.records import RevisionStatus
-    from orchestrator.inspect import run_not_found
 
-    if store.get_run(run_id) is None:
-        return run_not_found(run_id)
+    _require_run(store, run_id)
     revisions = store.list_revisions(run_id)
     running = [r.revision for r in revisions if r.status is RevisionStatus.RUNNING]
     if running:

@@ -148,7 +148,7 @@ class _State:
     answered_ok: set[int] = field(default_factory=set)
     # A provider's error the host answered a call with, by the call's identity: the one a
     # script may end with (a CapabilityError), as the host knows it.
-    failed_answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failed_answers: dict[str | None, dict[str, Any]] = field(default_factory=dict)
     last_seq: int = 0
     races: dict[tuple[str, tuple[int, ...], int], _Race] = field(default_factory=dict)
 
