@@ -71,6 +71,9 @@ MESSAGE_BYTES = LIMITS["message_bytes"]
 MAX_WAVE = LIMITS["wave_frames"]
 WAVE_BYTES = LIMITS["wave_bytes"]
 MAX_PATH = LIMITS["path_length"]
+MAX_FANOUT = LIMITS["fanout_width"]
+MAX_OPEN_RACE_BRANCHES = LIMITS["open_race_branches"]
+_FINISHED = {"finished": True}  # a race branch that ended before any call (shared, read only)
 _CONNECT_POLL = 0.1
 # How often a session waiting on its sandbox looks at its deadline (a latch wakes it at
 # once): a job waiting on a slow provider wakes this often for nothing, hundreds of jobs
@@ -151,6 +154,7 @@ class _State:
     failed_answers: dict[str | None, dict[str, Any]] = field(default_factory=dict)
     last_seq: int = 0
     races: dict[tuple[str, tuple[int, ...], int], _Race] = field(default_factory=dict)
+    open_race_branches: int = 0  # of ``races``: what the host holds for them is bounded
 
 
 class Session:
@@ -586,8 +590,8 @@ class Session:
 
     def _branch(self, raw: Any) -> dict[str, Any] | None:
         """A race branch's first call as (storage site, digest), or {"finished": True}."""
-        if raw == {"finished": True}:
-            return {"finished": True}
+        if raw == _FINISHED:
+            return _FINISHED
         if not (isinstance(raw, dict) and isinstance(raw.get("site"), str)
                 and raw["site"] in self.whitelist):
             return None
@@ -606,21 +610,29 @@ class Session:
 
     def _race_lookup(self, frame: dict[str, Any]) -> None:
         branches = frame.get("branches")
-        if not isinstance(branches, list) or not 0 < len(branches) <= 1000:
+        if not isinstance(branches, list) or not 0 < len(branches) <= MAX_FANOUT:
             raise SandboxProtocolError("a race lookup with malformed branches")
+        if self._state.open_race_branches + len(branches) > MAX_OPEN_RACE_BRANCHES:
+            raise SandboxProtocolError(
+                f"race lookups holding over {MAX_OPEN_RACE_BRANCHES} branches open at once "
+                "(open_race_branches); the runtime never sends them", site=frame["site"])
         identity = self._identity(frame["site"], frame["path"], frame["occurrence"])
         described = [self._branch(b) for b in branches]
         key = (frame["site"], tuple(frame["path"]), frame["occurrence"])
-        sites = [b.get("site") if isinstance(b, dict) and isinstance(b.get("site"), str)
-                 else None for b in branches]
-        self._state.races[key] = _Race(identity, described, tuple(frame["path"]), sites,
-                                       frame["seq"])
+        # The host's own site names, never the sandbox's strings: a branch naming a site
+        # the host did not annotate is described as None and can never be observed.
+        sites = [self.whitelist[b["site"]].site if d is not None and d is not _FINISHED
+                 else None for b, d in zip(branches, described, strict=True)]
+        race = _Race(identity, described, tuple(frame["path"]), sites, frame["seq"])
+        self._state.races[key] = race
+        self._state.open_race_branches += len(described)
         slot = self.prefix.race(
             identity, lambda committed: _find_winner(committed.result, described)[0]
             is not None)
         if slot is None:
             self._answer(frame["seq"], {"ok": True, "winner": None})
             return
+        self._close_race(key)  # replayed: the sandbox commits nothing more for it
         self.prefix.reached_race_branches(  # where the committed race stood
             slot.identity, {b["site"] for b in described if b and b.get("site")})
         winner, index = _find_winner(slot.result, described)
@@ -634,9 +646,13 @@ class Session:
         self._record(Recorded(identity, RACE, Outcome.REPLAYED, committed_by=slot.revision))
         self._answer(frame["seq"], {"ok": True, "winner": winner, "index": index})
 
-    def _race_commit(self, frame: dict[str, Any]) -> None:
-        key = (frame["site"], tuple(frame["path"]), frame["occurrence"])
+    def _close_race(self, key: tuple[str, tuple[int, ...], int]) -> _Race:
         race = self._state.races.pop(key)
+        self._state.open_race_branches -= len(race.branches)
+        return race
+
+    def _race_commit(self, frame: dict[str, Any]) -> None:
+        race = self._close_race((frame["site"], tuple(frame["path"]), frame["occurrence"]))
         winner = frame.get("winner")
         if not (_is_int(winner) and 0 <= winner < len(race.branches)):
             raise SandboxProtocolError("a race commit with an invalid winner")

@@ -29,6 +29,7 @@ LIMITS = {
     # calls
     "take": 100,  # take=N of ctx.run
     "fanout_width": 1000,  # branches of one ctx.parallel/race/dag/pipeline
+    "open_race_branches": 20_000,  # branches of the races looked up and not yet decided
     "path_length": 64,  # fanouts nested around one call
     "site_chars": 4096,  # a call site's name (its chain of local sites)
     "name_chars": 100,  # a capability, a frame or message kind, an error type, the nonce

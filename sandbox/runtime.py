@@ -363,6 +363,7 @@ class _Scheduler:
         self.pending = {}  # seq -> (task, on_answer)
         self.occurrences = {}
         self.stopped = None
+        self.open_race_branches = 0  # of races looked up, neither committed nor replayed
 
     # -- stepping --
 
@@ -687,6 +688,17 @@ def _describe(scheduler, task):
 
 
 def _race_lookup(scheduler, parent, identity, tasks):
+    # The host keeps each open race's branches until it is committed or replayed: past
+    # the limit it would stop the sandbox, so the script hears it first.
+    limit = _LIMITS["open_race_branches"]
+    if scheduler.open_race_branches + len(tasks) > limit:
+        for task in tasks:
+            _cancel(task)
+        scheduler.ready.append((parent, None, ValueError(
+            f"ctx.race: over {limit} branches of races without a winner at once "
+            "(open_race_branches); races that end without a winner stay open")))
+        return
+    scheduler.open_race_branches += len(tasks)
     frame = dict(identity, kind="race_lookup",
                  branches=[_describe(scheduler, t) for t in tasks])
 
@@ -696,6 +708,7 @@ def _race_lookup(scheduler, parent, identity, tasks):
             return
         winner = answer.get("winner")
         if isinstance(winner, int) and 0 <= winner < len(tasks):
+            sched.open_race_branches -= len(tasks)  # replayed: the host closed it
             index = answer.get("index")
             _race_replay(sched, parent, tasks, winner, index if isinstance(index, int) else winner)
         else:
@@ -741,6 +754,7 @@ def _race_run(scheduler, parent, identity, tasks):
                 scheduler.ready.append((parent, None, task.error))
                 return
             winner = tasks.index(task)
+            scheduler.open_race_branches -= len(tasks)
             scheduler.enqueue(dict(identity, kind="race_commit", winner=winner), parent,
                               lambda s, _t, _a: s.ready.append((parent, task.value, None)))
         elif all(t.done for t in tasks):

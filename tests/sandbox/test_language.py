@@ -29,9 +29,10 @@ def test_every_part_reads_its_limits_from_the_table() -> None:
     from orchestrator.checker import api, consts, fanout
 
     assert (session.FRAME_BYTES, session.MESSAGE_BYTES, session.MAX_WAVE, session.WAVE_BYTES,
-            session.MAX_PATH) == (LIMITS["frame_bytes"], LIMITS["message_bytes"],
-                                  LIMITS["wave_frames"], LIMITS["wave_bytes"],
-                                  LIMITS["path_length"])
+            session.MAX_PATH, session.MAX_FANOUT, session.MAX_OPEN_RACE_BRANCHES) == (
+        LIMITS["frame_bytes"], LIMITS["message_bytes"], LIMITS["wave_frames"],
+        LIMITS["wave_bytes"], LIMITS["path_length"], LIMITS["fanout_width"],
+        LIMITS["open_race_branches"])
     assert (consts.MAX_STR_LEN, consts.MAX_INT_BITS, consts.MAX_TREE_ITEMS) == (
         LIMITS["string_chars"], LIMITS["int_bits"], LIMITS["value_items"])
     assert (fanout.MAX_FANOUT, api.MAX_TAKE, language.MAX_VALUE_DEPTH) == (

@@ -56,6 +56,23 @@ LOUD_ERROR = '''async def orchestrate(ctx, args):
     raise CapabilityError(text, code={"a": [1, 2]}, status=10 ** 30)
 '''
 
+# Races whose every branch fails before any call: none is committed or replayed, so the
+# host holds each one's branches for the rest of the revision (open_race_branches).
+OPEN_RACES = '''async def orchestrate(ctx, args):
+    async def boom(i):
+        raise KeyError(i)
+
+    failures = 0
+    for i in range(25):
+        try:
+            await ctx.race([boom(j) for j in range(1000)])
+        except KeyError:
+            failures += 1
+        except ValueError as e:
+            return {"failures": failures, "error": str(e)}
+    return {"failures": failures}
+'''
+
 
 def _deep_fanouts(levels: int) -> str:
     """``levels`` helpers, each awaiting the next inside a ctx.parallel."""
@@ -113,3 +130,12 @@ def test_fanouts_nested_past_path_length_are_the_script_s_error(embedded_service
     assert report["status"] == "succeeded", report["error"]
     assert "nested more than 64 deep" in report["result"]
     assert report["calls"]["executed"] == 0
+
+
+def test_races_left_open_past_open_race_branches_are_the_script_s_error(embedded_services
+                                                                        ) -> None:
+    report = _run(embedded_services, "open-races", OPEN_RACES)
+    assert report["status"] == "succeeded", report["error"]
+    opened = LIMITS["open_race_branches"] // LIMITS["fanout_width"]
+    assert report["result"]["failures"] == opened
+    assert "open_race_branches" in report["result"]["error"]

@@ -289,6 +289,24 @@ batch(frame(1, site="nope"))''', "out-of-band bytes on the Unix socket"),
            "the host answered (it was frozen, and every later revision of the honest script "
            "stopped at the race)", error="SandboxProtocolError", calls=1,
            statuses=frozenset({"stopped"})),
+    attack("race-lookups-never-decided", "protocol", '''
+        if args.get("never"):
+            for i in range(1000):
+                await ctx.race([ctx.run("text.generate", {"prompt": "a"}),
+                                ctx.run("text.generate", {"prompt": "b"})])
+        sched = g["_SCHEDULER"]
+        site = "orchestrate/if0/for0/#0"
+        branch = {"site": "orchestrate/if0/for0/#1" + "x" * 4000, "capability": "t",
+                  "payload": None, "take": 1}
+        for i in range(40):
+            sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [
+                {"seq": i + 1, "kind": "race_lookup", "site": site, "path": [],
+                 "occurrence": i, "branches": [branch] * 1000}]})
+            sched.channel.receive()
+        return "not stopped"
+        ''', "race lookups never committed, each holding 1000 long branch sites on the "
+           "host (1.6 GB of host memory from one sandbox before they were bounded)",
+           error="SandboxProtocolError", statuses=frozenset({"stopped"}), timeout=30.0),
     _proto("error-type-forged", '''
 send({"t": "result", "nonce": nonce, "ok": False, "logs": [], "error": {
     "type": "AttemptUnresolved", "code": "attempt_unresolved", "message": "m",
