@@ -42,8 +42,10 @@ def resumes_of(task_id: str, job_id: str) -> int | None:
     if task_id == base:
         return 0
     number = task_id.removeprefix(f"{base}/resume-")
-    return int(number) if number != task_id and number.isdigit() and number[0] != "0" \
-        else None
+    if number == task_id or not (number.isascii() and number.isdigit()):
+        return None  # str.isdigit alone takes any script's digits, and int() most of them
+    # Exactly the id the job's start would have: one id (and one job lease) per start.
+    return int(number) if sandbox_task_id(job_id, int(number)) == task_id else None
 
 
 def requeue_lost_jobs(ctx: Any, app: Any, *, now: datetime | None = None) -> dict[str, list]:

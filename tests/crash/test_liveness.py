@@ -198,5 +198,10 @@ def test_a_task_id_says_which_start_of_its_job_it_is() -> None:
 
     assert [resumes_of(sandbox_task_id("j", n), "j") for n in (0, 1, 12)] == [0, 1, 12]
     for forged in ("j/sandbox/resume-0", "j/sandbox/resume-01", "j/sandbox/resume-x",
-                   "k/sandbox", "j/sandbox/resume-", "j/sandbox/resume--1"):
+                   "k/sandbox", "j/sandbox/resume-", "j/sandbox/resume--1",
+                   # digits of other scripts: each was a second task id (and so a second
+                   # job lease) for start 1, or a traceback for superscript two
+                   "j/sandbox/resume-\u0661", "j/sandbox/resume-\uff11",
+                   "j/sandbox/resume-\U0001d7cf", "j/sandbox/resume-\u06601",
+                   "j/sandbox/resume-\u00b2"):
         assert resumes_of(forged, "j") is None, forged
