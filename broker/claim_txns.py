@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import Connection, and_, func, select, update
+from sqlalchemy import Connection, and_, case, func, select, update
 
 from broker import models
 from broker import statements as sql
@@ -172,10 +172,15 @@ def _own_attempt(conn: Connection, revision: int, claim: CallClaim, facts: Any
 def _spent_txn(conn: Connection, run_id: str, price_of: Callable[[str], float]
                ) -> tuple[int, float]:
     """Provider dispatch attempts of the run so far, and their cost (withdrawn ones,
-    which never left, are not spent)."""
-    spent = conn.execute(select(attempts.c.capability, func.count()).where(
+    which never left, are neither): the report's spend, ``broker.charging.counts_as_paid``,
+    so a refusal the provider did not charge for costs nothing here either."""
+    free = and_(attempts.c.status == AttemptStatus.FAILED.value,
+                attempts.c.error["charged"].as_string() == "no")
+    spent = conn.execute(select(
+        attempts.c.capability, func.count(), func.sum(case((free, 0), else_=1))).where(
         attempts.c.run_id == run_id, ~_withdrawn()).group_by(attempts.c.capability)).all()
-    return sum(n for _, n in spent), sum(price_of(name) * n for name, n in spent)
+    return (sum(n for _, n, _ in spent),
+            sum(price_of(name) * paid for name, _, paid in spent))
 
 
 def _withdrawn() -> Any:

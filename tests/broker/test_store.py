@@ -425,6 +425,34 @@ def test_cost_budget_holds_across_concurrent_deciders(store):
     assert all("max_cost" in b.over_budget for b in begins if not b.claimed)
 
 
+def test_a_refusal_the_provider_did_not_charge_for_costs_no_budget(store):
+    """The budget's spend is the report's: a free refusal (``charged: no``) is an attempt
+    (max_calls) but costs nothing (max_cost); a maybe-charged failure costs its price."""
+    from broker.catalog import lookup
+    from broker.claim import budget_check
+    from broker.envelope import Budget
+
+    store.ensure_run(RUN)
+    price = lookup("image.generate").unit_price
+    check = budget_check(Budget(max_cost=round(1.5 * price, 6)))
+
+    def decide(i: int):
+        return begin(store, Identity("orchestrate/#0", (i,), 0), capability="image.generate",
+                     digest=f"d{i}", budget=check)
+
+    refused = decide(0)
+    store.fail_attempt(refused.attempt.id, {"code": "invalid_request", "charged": "no"})
+    maybe = decide(1)
+    assert maybe.claimed, maybe.over_budget
+    store.fail_attempt(maybe.attempt.id, {"code": "provider_error", "charged": "maybe"},
+                       uncertain=True)
+    over = decide(2)
+    assert not over.claimed and "max_cost" in over.over_budget
+    calls = budget_check(Budget(max_calls=2))
+    assert "max_calls" in begin(store, Identity("orchestrate/#0", (3,), 0),
+                                digest="d3", budget=calls).over_budget
+
+
 def test_failed_attempt_can_be_claimed_again(store):
     first = claim(store).attempt
     blocked = claim(store, owner="w2")
