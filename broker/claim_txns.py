@@ -93,7 +93,8 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
         if begin is None:
             begin = Begin(claimed=True, attempt=_insert_attempt_txn(
                 conn, run_id, revision, owner, claim,
-                request_key(token, claim.capability, claim.digest),
+                request_key(token, claim.capability, claim.digest,
+                            None if claim.check_ledger else claim.identity),
                 0 if facts.latest_id is None else facts.latest_number + 1))
             calls, cost = calls + 1, cost + price_of(claim.capability)
         decisions.append(begin)

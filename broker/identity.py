@@ -145,10 +145,14 @@ def call_digest(normalized_payload: Any, take: int = 1) -> str:
 IDEMPOTENCY_PREFIX = "revise-"
 
 
-def request_key(run_token: str, capability: str, digest: str) -> str:
+def request_key(run_token: str, capability: str, digest: str,
+                repeat_at: Identity | None = None) -> str:
     """The idempotency key of one request: the run's random token (never its user-chosen
     id, so two deployments never share keys), the capability and the call digest. The
     same request carries the same key at any identity and in any revision of the run, so
     a retry after an unknown outcome is deduplicated by a provider that honours keys; a
-    different payload (or take) never carries it."""
-    return IDEMPOTENCY_PREFIX + sha256_hex(f"{run_token}\0{capability}\0{digest}")[:32]
+    different payload (or take) never carries it. Where the ledger policy lets a repeat of
+    a request pay again (warn, off), each identity asks for new work: ``repeat_at`` names
+    it in the key, or the provider would answer every repeat with the first one's work."""
+    at = "" if repeat_at is None else f"\0{repeat_at}"
+    return IDEMPOTENCY_PREFIX + sha256_hex(f"{run_token}\0{capability}\0{digest}{at}")[:32]

@@ -208,6 +208,31 @@ def test_a_late_completion_is_answered_under_its_key_where_keys_are_honoured(
         assert server.charged() == 1
 
 
+REPEATS = _s('''
+    async def orchestrate(ctx, args):
+        shots = []
+        for i in range(3):
+            shot = await ctx.run("image.generate", {"prompt": "same retake"})
+            shots.append(shot["artifact"]["id"])
+        return shots
+''')
+
+
+@pytest.mark.parametrize("policy", ["warn", "off"])
+def test_a_repeat_the_ledger_policy_lets_pay_asks_for_new_work_under_its_own_key(
+        make_harness, policy) -> None:
+    """Under warn or off a repeat of a request pays again (a retake): under the first
+    one's key a provider that honours keys answered each repeat with the first picture,
+    charged once, while the run booked three."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        harness = _harness(make_harness, server, honours=True, ledger_policy=policy)
+        report = _run(harness, REPEATS)
+        assert report["status"] == "succeeded", report["error"]
+        keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
+        assert len(keys) == len(set(keys)) == 3
+        assert server.charged() == 3 == report["calls"]["executed"]
+
+
 def test_a_repaired_payload_after_a_charged_failure_is_another_request(make_harness
                                                                        ) -> None:
     """A charged 5xx at an identity, then a repair that changes the payload there: the old
