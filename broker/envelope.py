@@ -73,7 +73,9 @@ class Envelope(_Policy):
     approved_takes: list[str] = Field(default_factory=list)
     budget: Budget = Field(default_factory=Budget)
     concurrency: int = Field(default=4, ge=1, le=64)
-    call_timeout_seconds: float = Field(default=60.0, gt=0)
+    # One provider request at most this long; None: the deployment's own limit
+    # (REVISE_PROVIDER_TIMEOUT_SECONDS). A request cut off may still be paid.
+    call_timeout_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     ledger_policy: LedgerPolicy | None = None
     orphan_policy: OrphanPolicy | None = None
     sandbox: SandboxLimits = Field(default_factory=SandboxLimits)

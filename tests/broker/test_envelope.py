@@ -14,7 +14,7 @@ def test_defaults():
     assert set(env.grants) == PRODUCTION_CAPABILITIES
     assert env.approvals_required == [] and env.approvals == []
     assert env.budget == Budget(max_calls=None, max_cost=None)
-    assert env.concurrency == 4 and env.call_timeout_seconds == 60
+    assert env.concurrency == 4 and env.call_timeout_seconds is None
     assert env.ledger_policy is None and env.orphan_policy is None
     assert env.sandbox == SandboxLimits()
     assert env.sandbox.memory_mb == 512 and env.sandbox.output_bytes == 1_048_576
