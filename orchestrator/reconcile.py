@@ -35,10 +35,8 @@ from broker.records import (
     SlotRecord,
 )
 from broker.store import RunStore
-from broker.syntax import parse_python
 from orchestrator.certificate import build_certificate
 from orchestrator.reconcile_input import Imported, check_write_back
-from orchestrator.sites import assign_sites
 
 log = logging.getLogger("revise.reconcile")
 
@@ -172,14 +170,26 @@ def _open_attempt(store: RunStore, run_id: str, identity: Identity) -> AttemptRe
     return latest
 
 
-def _fingerprint(store: RunStore, attempt: AttemptRecord) -> str:
-    revision = store.get_revision(attempt.run_id, attempt.revision)
-    if revision is not None:
-        for site in assign_sites(parse_python(revision.source_text)):
-            if site.site == attempt.identity.site:
-                return site.fingerprint
-    raise InputError(f"cannot find site {attempt.identity.site} in revision "
-                     f"{attempt.revision} of run {attempt.run_id}")
+def _call_facts(store: RunStore, attempt: AttemptRecord) -> tuple[str, str, int | None]:
+    """The fingerprint, chain fingerprint and line a commit of ``attempt`` stores with its
+    slot (``broker.spend``): the attempt's own, recorded when its call was claimed.
+
+    Its identity names where the call is stored, which is not always a site of its
+    revision: a relocated call is stored under the frozen site it stands for (whose name
+    may be another call's in that revision), a new call whose name was frozen under a
+    ``~chain`` suffix. No lookup of that name among the revision's sites is needed."""
+    if attempt.fingerprint:
+        return attempt.fingerprint, attempt.chain_fingerprint, attempt.line
+    # Claimed before the store kept them (migration 0007): every call stored under one
+    # name has one call expression (the gate relocates only onto an equal one), so a
+    # committed slot there has it.
+    for slot in store.list_slots(attempt.run_id):
+        if slot.identity.site == attempt.identity.site:
+            return slot.fingerprint, slot.chain_fingerprint, None
+    raise InputError(f"attempt #{attempt.number} at {attempt.identity} was claimed before the "
+                     "run store kept its call expression, and nothing is committed at site "
+                     f"{attempt.identity.site} to take it from; its result cannot be written "
+                     "back (abandon it instead)")
 
 
 def result_from_log(store: RunStore, log_path: Path, run_id: str,
@@ -331,10 +341,11 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
         if artifacts is not None:
             check_write_back(attempt.capability, result, artifacts, imports)
         price = CATALOG[attempt.capability].unit_price if attempt.capability in CATALOG else 0
+        fingerprint, chain, line = _call_facts(store, attempt)
         slot = SlotRecord(run_id=run_id, identity=ident, capability=attempt.capability,
-                          digest=attempt.digest, fingerprint=_fingerprint(store, attempt),
-                          result=result, usage={"reconciled": True}, cost=price,
-                          revision=attempt.revision)
+                          digest=attempt.digest, fingerprint=fingerprint, result=result,
+                          usage={"reconciled": True}, cost=price, revision=attempt.revision,
+                          chain_fingerprint=chain, line=line)
         decided = store.resolve_attempt(attempt.id, AttemptStatus.RESOLVED, operator=operator,
                                         reason=reason, slot=slot, event_of=event_of)
         certificate = build_certificate(store.list_slots(run_id))
