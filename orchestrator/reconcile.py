@@ -192,6 +192,22 @@ def _call_facts(store: RunStore, attempt: AttemptRecord) -> tuple[str, str, int 
                      "back (abandon it instead)")
 
 
+def _fits_its_site(store: RunStore, attempt: AttemptRecord, fingerprint: str) -> None:
+    """Every call committed under one storage name is one call expression (the gate's
+    frozen prefix). A later revision may have changed the call there before anything was
+    committed, and committed the changed one: the attempt's result is then for a call the
+    run no longer makes, and written back it would stop every later submit."""
+    for slot in store.list_slots(attempt.run_id):
+        if slot.identity.site == attempt.identity.site and (
+                slot.capability, slot.fingerprint) != (attempt.capability, fingerprint):
+            raise InputError(
+                f"attempt #{attempt.number} at {attempt.identity} is for a call the run no "
+                f"longer makes: revision {slot.revision} changed the call at "
+                f"{attempt.identity.site} and committed it (line {slot.line}), so its result "
+                "can never be replayed. Abandon it (--abandon); the run's changed call there "
+                "is another request either way")
+
+
 def result_from_log(store: RunStore, log_path: Path, run_id: str,
                     identity: Identity | str) -> Any:
     """The result of the paid call at ``identity`` from a provider log: the line of the
@@ -342,6 +358,7 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
             check_write_back(attempt.capability, result, artifacts, imports)
         price = CATALOG[attempt.capability].unit_price if attempt.capability in CATALOG else 0
         fingerprint, chain, line = _call_facts(store, attempt)
+        _fits_its_site(store, attempt, fingerprint)
         slot = SlotRecord(run_id=run_id, identity=ident, capability=attempt.capability,
                           digest=attempt.digest, fingerprint=fingerprint, result=result,
                           usage={"reconciled": True}, cost=price, revision=attempt.revision,

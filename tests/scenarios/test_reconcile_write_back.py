@@ -31,6 +31,7 @@ from tests.fakes.openai_server import (
     FakeOpenAIServer,
     charge_then_error,
     ok_image,
+    reject,
 )
 
 from .conftest import Harness
@@ -236,3 +237,44 @@ def test_an_attempt_without_call_facts_and_nothing_committed_there_is_refused(
             _operator_writes_back(harness, "r5", attempt)
         assert harness.services.store.get_slot("r5", attempt.identity) is None
         assert _uncertain(harness, "r5").id == attempt.id
+
+
+# b1 is refused (free), b2 charged then 500: uncertain at @:1, nothing committed there.
+TWO_TRIES = _s('''
+    async def orchestrate(ctx, args):
+        out = []
+        for p in ["b1", "b2"]:
+            try:
+                out.append(await ctx.run("image.generate", {"prompt": p}))
+            except CapabilityError as e:
+                out.append(e.charged)
+        return out
+''')
+# The call changed before anything was committed at its site, and only b1 asked: @:0 is
+# committed changed, @:1 (the uncertain b2) is not reached.
+ONE_TRY_SIZED = TWO_TRIES.replace('{"prompt": p}', '{"prompt": p, "size": "512x512"}'
+                                  ).replace('["b1", "b2"]', '["b1"]')
+
+
+@pytest.mark.parametrize("how", ["operator", "sweep"])
+def test_a_write_back_for_a_call_the_run_has_since_changed_is_refused(make_harness,
+                                                                      how) -> None:
+    """Written back, the old call's result would disagree with the changed call committed
+    under the same name, and every later submit would stop with PrefixConflict."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        harness = _harness(make_harness, server)
+        server.queue(IMAGES, reject(400), charge_then_error(500))
+        assert _run(harness, TWO_TRIES, "r6")["status"] == "succeeded"
+        attempt = _uncertain(harness, "r6")
+        assert attempt.identity == Identity.parse("orchestrate/for0/try0/#0@:1")
+        assert _run(harness, ONE_TRY_SIZED, "r6")["status"] == "succeeded"
+        store = harness.services.store
+        assert store.get_slot("r6", Identity.parse("orchestrate/for0/try0/#0@:0"))
+        if how == "operator":
+            with pytest.raises(InputError, match="no longer makes"):
+                _operator_writes_back(harness, "r6", attempt)
+        else:
+            assert resolve_by_lookup(store, harness.services.provider,
+                                     harness.services.artifacts) == []
+        assert store.get_slot("r6", attempt.identity) is None
+        assert _uncertain(harness, "r6").id == attempt.id
