@@ -159,13 +159,21 @@ class GateRejected(AdmissionError):
 
 
 class CallsDropped(AdmissionError):
-    """The repair loop's call-count guard: a candidate with fewer capability call
-    expressions than the failed script (it would drop work the run has to do)."""
+    """The repair loop's call-count guard: a candidate that can make fewer capability
+    calls than the failed script (it would drop work the run has to do). Calls are counted
+    by their static bounds (a loop over a literal list of 3 is 3 calls); when a bound is
+    unknown, call expressions are (``counted``)."""
 
     code = "calls_dropped"
-    calls: int  # call expressions in the candidate
-    required_calls: int  # ... in the failed script
-    dropped_lines: list[int]  # lines of the failed script's expressions it lacks
+    calls: int  # the candidate's calls (at most), or its call expressions
+    required_calls: int  # ... the failed script's
+    # counting calls: the failed script's call lines of the capabilities the candidate has
+    # fewer calls of; counting expressions: the lines of the expressions it lacks
+    dropped_lines: list[int]
+    counted: str = "call expressions"  # calls | call expressions (records before: the latter)
+    # counting calls, per capability the candidate has fewer calls of: capability, calls,
+    # required_calls, lines (of the failed script)
+    short: list[dict[str, JsonValue]] | None = None
 
 
 class NoScript(AdmissionError):

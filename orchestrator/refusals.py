@@ -9,11 +9,15 @@ the violations' rule ids, the gate's counterexamples, the dropped calls.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 from broker.errors import CallsDropped, CheckFailed, GateRejected, NoScript
 from orchestrator.checker import Violation
 from orchestrator.gate import Counterexample
+
+if TYPE_CHECKING:
+    from orchestrator.repair_context import CallShortfall
 
 
 def check_failed(violations: Iterable[Violation]) -> CheckFailed:
@@ -32,13 +36,43 @@ def gate_rejected(counterexamples: Iterable[Counterexample]) -> GateRejected:
                         counterexamples=[c.to_json() for c in found])
 
 
-def calls_dropped(calls: int, required: int, dropped_lines: Iterable[int]) -> CallsDropped:
+def calls_dropped(calls: int, required: int, dropped_lines: Iterable[int], *,
+                  counted: str = "call expressions",
+                  short: Sequence[CallShortfall] = ()) -> CallsDropped:
+    """``counted`` "calls": ``calls`` and ``required`` are how many capability calls the
+    candidate and the failed script can make at most, ``short`` the capabilities the
+    candidate has fewer of; "call expressions": their call expressions, and
+    ``dropped_lines`` the failed script's that the candidate lacks."""
     lines = sorted(dropped_lines)
-    where = f" (lines {', '.join(map(str, lines))} of the failed script)" if lines else ""
+    if counted == "calls":
+        each = [f"{_at_most(s.calls)} {s.capability} {_calls(s.calls)} where the failed "
+                f"script can make {s.required}{_lines(sorted({c.line for c in s.expressions}))}"
+                for s in short]
+        what = "; ".join(each) or (f"{_at_most(calls)} capability {_calls(calls)} where the "
+                                   f"failed script can make {required}")
+        return CallsDropped(f"the candidate {what}; keep the work of every call the "
+                            "run still needs (a loop makes one call per element)",
+                            calls=calls, required_calls=required, dropped_lines=lines,
+                            counted=counted, short=[s.to_json() for s in short])
     return CallsDropped(f"the candidate has {calls} capability call expression(s) where the "
-                        f"failed script has {required}{where}; keep every call the run "
-                        "still needs", calls=calls, required_calls=required,
-                        dropped_lines=lines)
+                        f"failed script has {required}{_lines(lines)}; keep every call the "
+                        "run still needs", calls=calls, required_calls=required,
+                        dropped_lines=lines, counted=counted)
+
+
+def _at_most(n: int) -> str:
+    return f"can make at most {n}" if n else "makes no"
+
+
+def _calls(n: int) -> str:
+    return "call" if n == 1 else "calls"
+
+
+def _lines(lines: Sequence[int]) -> str:
+    if not lines:
+        return ""
+    return (f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} "
+            "of the failed script)")
 
 
 def no_script() -> NoScript:

@@ -5,7 +5,8 @@ failure (``orchestrator.repair_context``), asks the model for a repaired
 script, and judges each candidate before anything runs:
 
     extract → decode → checker (R00-R12) → gate against the frozen prefix
-            → call-count guard (no fewer call expressions than the failed script)
+            → call-count guard (no fewer capability calls than the failed script
+              can make, by their static bounds; see ``count_calls``)
 
 A refused candidate's counterexamples go back to the model in the next round.
 With ``execute`` (``revise repair --execute``), an admissible candidate runs on
@@ -21,7 +22,7 @@ itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from broker.catalog import CATALOG, Capability
@@ -34,19 +35,25 @@ from orchestrator.models import ModelBackend, ModelEndpointError, extract_script
 from orchestrator.refusals import calls_dropped, check_failed, gate_rejected, no_script
 from orchestrator.repair_context import (
     CallExpression,
+    CallShortfall,
     RepairContext,
     SourceLine,
+    bounded_sites,
     call_expressions,
+    capability_calls,
     load_context,
-    parsed_sites,
+    source_line,
+    total_calls,
 )
 from orchestrator.repair_feedback import refusal_message, runtime_message
 from orchestrator.repair_prompt import initial_messages
 from orchestrator.repair_verdict import STAGES, AttemptFeedback, RepairResult, RoundRun
+from orchestrator.sites import Site
 from orchestrator.source import decode_source
 
-__all__ = ["STAGES", "AttemptFeedback", "RepairContext", "RepairResult", "RoundRun",
-           "SourceLine", "judge", "load_context", "repair_dynamic_source"]
+__all__ = ["STAGES", "AttemptFeedback", "CallCount", "RepairContext", "RepairResult",
+           "RoundRun", "SourceLine", "count_calls", "judge", "load_context",
+           "repair_dynamic_source"]
 
 # What running a candidate returns: its run JSON (``RunReport.to_json()``).
 Execute = Callable[[str], Mapping[str, Any]]
@@ -59,8 +66,11 @@ def judge(output: str, context: RepairContext, *, attempt: int,
           capabilities: frozenset[str], rounds: int = 1) -> AttemptFeedback:
     """Run every stage that can run on the model's answer and collect all refusals."""
     script = extract_script(output)
+    required = context.required_at_most
     base = AttemptFeedback(attempt=attempt, accepted=False,
-                           required_calls=context.required_calls)
+                           counted="call expressions" if required is None else "calls",
+                           required_calls=context.required_calls if required is None
+                           else required)
     if not script:
         return _refused(context, base, ("extract",), candidate=None, rounds=rounds,
                         refusals=(no_script(),))
@@ -73,26 +83,87 @@ def judge(output: str, context: RepairContext, *, attempt: int,
     refused: list[str] = [] if report.valid else ["check"]
     errors = tuple(v for v in report.violations if v.severity == "error")
     counterexamples: tuple[Counterexample, ...] = ()
-    calls: int | None = None
-    dropped: tuple[CallExpression, ...] = ()
     # A candidate over the R00 limits or unparsable is the checker's alone: never parse it.
-    sites = None if any(v.rule == "R00" for v in errors) else parsed_sites(text)
+    sites = None if any(v.rule == "R00" for v in errors) else bounded_sites(text)
     if sites is not None:
         gate = check_gate(context.frozen, sites, relocation=context.relocation)
         counterexamples = gate.counterexamples
         if not gate.accepted:
             refused.append("gate")
-        expressions = call_expressions(text, sites)
-        calls = len(expressions)
-        if calls < context.required_calls:
+        count = count_calls(context, text, sites)
+        base = replace(base, calls=count.calls, required_calls=count.required,
+                       counted=count.counted)
+        if count.refused:
             refused.append("call_count")
-            dropped = _dropped(context.required, expressions)
+            base = replace(base, short=count.short, dropped=count.dropped,
+                           unbounded=count.unbounded)
     if refused:
         return _refused(context, base, tuple(refused), candidate=text, violations=errors,
-                        counterexamples=counterexamples, calls=calls, dropped=dropped,
-                        rounds=rounds)
-    return replace(base, accepted=True, calls=calls, candidate=text,
-                   violations=report.violations)
+                        counterexamples=counterexamples, rounds=rounds)
+    return replace(base, accepted=True, candidate=text, violations=report.violations)
+
+
+# ---- the call-count guard ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CallCount:
+    """What the call-count guard compared, and what it found short."""
+
+    counted: str  # "calls" (static bounds) | "call expressions" (a bound is unknown)
+    calls: int  # the candidate's
+    required: int  # the failed script's
+    short: tuple[CallShortfall, ...] = ()  # counting calls and refused: per capability
+    dropped: tuple[CallExpression, ...] = ()  # counting expressions and refused
+    unbounded: tuple[SourceLine, ...] = ()  # counting expressions: the calls with no bound
+
+    @property
+    def refused(self) -> bool:
+        return self.calls < self.required
+
+
+def count_calls(context: RepairContext, text: str, sites: list[Site]) -> CallCount:
+    """The call-count guard (pure): the candidate ``text`` (its ``bounded_sites``) must be
+    able to make at least as many capability calls as the failed script, overall.
+
+    Calls are counted by their static bounds (``Site.max_calls``, the bounds admission
+    holds a revision to): a loop over a literal list of 3 is 3 calls, ``range(4)`` 4, a
+    helper reached from two places counts on both, a race decision is no call. So folding
+    three literal calls into a loop over three values keeps the count, and shrinking a loop
+    of three to one call is refused. The totals are compared, not each capability's (the
+    contract: no candidate "that removes capability calls overall"; a repair may move work
+    to another, granted, capability, and the gate keeps every committed call); a refusal
+    names each capability the candidate has fewer calls of. A bound is an upper bound: a
+    branch inside a loop counts as if taken, as a call expression always did.
+
+    When a call of either script has no static bound (a while loop, iteration over the
+    run's input: the checker refuses those, but a refused candidate is still counted, and
+    a failed script may have been admitted by another checker), the counts cannot be
+    compared. The guard then compares call expressions, as it did before bounds were
+    known: no fewer in the candidate than in the failed script. That refuses no candidate
+    the older guard accepted and accepts none it refused, and its feedback says that it
+    counted expressions and which calls have no bound.
+    """
+    found = capability_calls(text, sites)
+    calls, required = total_calls(found), context.required_at_most
+    if calls is not None and required is not None:
+        have = {c.capability: c.at_most or 0 for c in found}
+        short = tuple(CallShortfall(r.capability, have.get(r.capability, 0), r.at_most or 0,
+                                    r.expressions)
+                      for r in context.required_counts
+                      if have.get(r.capability, 0) < (r.at_most or 0))
+        return CallCount("calls", calls, required, short=short if calls < required else ())
+    expressions = call_expressions(text, sites)
+    unbounded = tuple(
+        [SourceLine(line, source_line(context.failed.source_text, line))
+         for c in context.required_counts for line in c.unbounded]
+        + [SourceLine(line, source_line(text, line), "your candidate")
+           for c in found for line in c.unbounded])
+    count = CallCount("call expressions", len(expressions), context.required_calls,
+                      unbounded=unbounded)
+    if count.refused:
+        count = replace(count, dropped=_dropped(context.required, expressions))
+    return count
 
 
 def _dropped(required: tuple[CallExpression, ...], found: tuple[CallExpression, ...]
@@ -110,18 +181,19 @@ def _dropped(required: tuple[CallExpression, ...], found: tuple[CallExpression, 
 
 def _refused(context: RepairContext, base: AttemptFeedback, refused_by: tuple[str, ...], *,
              candidate: str | None, detail: str = "", violations: tuple[Violation, ...] = (),
-             counterexamples: tuple[Counterexample, ...] = (), calls: int | None = None,
-             dropped: tuple[CallExpression, ...] = (), rounds: int = 1,
+             counterexamples: tuple[Counterexample, ...] = (), rounds: int = 1,
              refusals: tuple[ReviseError, ...] = ()) -> AttemptFeedback:
     """``refusals``: the typed errors of the stages that refused, when they are not the
-    checker's, the gate's and the call-count guard's (made here from what they found)."""
+    checker's, the gate's and the call-count guard's (made here from what they found; the
+    guard's count is in ``base``)."""
+    lines = (sorted({c.line for s in base.short for c in s.expressions})
+             if base.counted == "calls" else [c.line for c in base.dropped])
     stages = {"check": lambda: check_failed(violations),
               "gate": lambda: gate_rejected(counterexamples),
-              "call_count": lambda: calls_dropped(calls or 0, context.required_calls,
-                                                  (c.line for c in dropped))}
+              "call_count": lambda: calls_dropped(base.calls or 0, base.required_calls, lines,
+                                                  counted=base.counted, short=base.short)}
     feedback = replace(base, refused_by=refused_by, violations=violations,
-                       counterexamples=counterexamples, calls=calls, candidate=candidate,
-                       dropped=dropped,
+                       counterexamples=counterexamples, candidate=candidate,
                        refusals=refusals or tuple(stages[s]() for s in refused_by))
     message = refusal_message(feedback, context, candidate or "", detail=detail, rounds=rounds)
     return replace(feedback, message=message)

@@ -69,8 +69,9 @@ def _show_rounds(console: Console, result: Any) -> None:
             console.print(f"{label}: [red]refused[/] by {', '.join(attempt.refused_by)} "
                           "(nothing ran, spent 0)")
         elif run is None:
-            console.print(f"{label}: [green]accepted[/] ({attempt.calls} call "
-                          "expression(s))")
+            count = ("capability call(s) at most" if attempt.counted == "calls"
+                     else "call expression(s)")
+            console.print(f"{label}: [green]accepted[/] ({attempt.calls} {count})")
         else:
             how = (f"stopped by the runtime ([yellow]{run.refusal}[/])" if run.refusal
                    else render.escape(run.status))
@@ -82,9 +83,20 @@ def _show_rounds(console: Console, result: Any) -> None:
         for v in attempt.violations if not attempt.accepted else ():
             console.print(f"  {v.rule} line {v.line}: {render.escape(v.message)}")
         if "call_count" in attempt.refused_by:
-            dropped = ", ".join(f"line {c.line}" for c in attempt.dropped)
-            console.print(f"  call expressions {attempt.calls} < {attempt.required_calls}"
-                          + (f"; dropped {dropped} of the failed script" if dropped else ""))
+            _show_call_count(console, attempt)
+
+
+def _show_call_count(console: Console, attempt: Any) -> None:
+    if attempt.counted == "calls":
+        short = "; ".join(f"{render.escape(s.capability)} {s.calls} < {s.required}"
+                          for s in attempt.short)
+        console.print(f"  calls (at most) {attempt.calls} < {attempt.required_calls}"
+                      + (f": {short}" if short else ""))
+        return
+    lacks = ", ".join(f"line {c.line}" for c in attempt.dropped)
+    console.print(f"  call expressions {attempt.calls} < {attempt.required_calls} (some calls "
+                  "have no static bound)"
+                  + (f"; lacks {lacks} of the failed script" if lacks else ""))
 
 
 def _show_result(console: Console, result: Any, out: Path | None, run_id: str) -> None:

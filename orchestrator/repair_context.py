@@ -3,9 +3,9 @@
 The failed revision and its structured error, the script that committed the
 prefix, every committed identity with its capability and the payload that
 reached it (stored by digest when the call went to the broker), the failed
-calls with theirs, the failed script's call expressions (for the call-count
-guard), the run's args, and where each site sits in the failed script (for
-quoting lines and naming fanout elements).
+calls with theirs, the failed script's call expressions and how many calls of each
+capability it can make (for the call-count guard), the run's args, and where each
+site sits in the failed script (for quoting lines and naming fanout elements).
 """
 
 from __future__ import annotations
@@ -15,16 +15,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.errors import InputError
+from broker.errors import AnnotationError, InputError
 from broker.identity import Identity
 from broker.prefix import RACE
 from broker.records import RevisionRecord, RevisionStatus, SlotRecord
 from broker.store import RunStore
 from broker.syntax import parse_python
+from orchestrator.checker.reach import Reach
 from orchestrator.fanout_paths import Fanout, fanouts
 from orchestrator.gate import FrozenSite, check_gate, frozen_sites
 from orchestrator.inputs import MISSING, resolve_inputs
-from orchestrator.sites import Site, assign_sites
+from orchestrator.sites import Site, assign_sites, site_table, unwrap_at
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,33 @@ class CallExpression:
     fingerprint: str
     line: int
     text: str
+
+
+@dataclass(frozen=True)
+class CapabilityCalls:
+    """How many calls of one capability a script can make in one revision: the sum of
+    the static bounds of its sites (``Site.max_calls``: a loop over a literal list of 3
+    is 3 calls, ``range(n)`` with a literal ``n`` is n), None when a site has no static
+    bound (a while loop, iteration over the run's input)."""
+
+    capability: str
+    at_most: int | None
+    expressions: tuple[CallExpression, ...]  # its call expressions, in source order
+    unbounded: tuple[int, ...] = ()  # the lines of its calls with no static bound
+
+
+@dataclass(frozen=True)
+class CallShortfall:
+    """A capability the candidate can make fewer calls of than the failed script."""
+
+    capability: str
+    calls: int  # at most, in the candidate
+    required: int  # at most, in the failed script
+    expressions: tuple[CallExpression, ...]  # the failed script's, of this capability
+
+    def to_json(self) -> dict[str, Any]:
+        return {"capability": self.capability, "calls": self.calls,
+                "required_calls": self.required, "lines": [c.line for c in self.expressions]}
 
 
 @dataclass(frozen=True)
@@ -78,6 +106,7 @@ class RepairContext:
     failure: dict[str, Any]  # the failed revision's structured error
     failed_calls: tuple[FailedCall, ...] = ()
     required: tuple[CallExpression, ...] = ()  # the failed script's call expressions
+    required_counts: tuple[CapabilityCalls, ...] = ()  # ... and its calls, per capability
     committed: tuple[CommittedCall, ...] = ()
     args: Any = None
     relocation: str = "remap"  # the gate's relocation setting (settings.relocation)
@@ -86,7 +115,13 @@ class RepairContext:
 
     @property
     def required_calls(self) -> int:
+        """The failed script's call expressions."""
         return len(self.required)
+
+    @property
+    def required_at_most(self) -> int | None:
+        """How many capability calls the failed script can make (None: no static bound)."""
+        return total_calls(self.required_counts)
 
     def entry_line(self, site: str) -> int | None:
         return (self.entry_lines or {}).get(site)
@@ -99,6 +134,16 @@ def parsed_sites(text: str) -> list[Site] | None:
     try:
         return assign_sites(parse_python(text))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def bounded_sites(text: str) -> list[Site] | None:
+    """The sites as admission sees them, each with its static bound (``max_calls``)."""
+    try:
+        tree = parse_python(text)
+        unwrap_at(tree)  # the bounds are asked about the calls as the script wrote them
+        return list(site_table(tree, Reach(tree)).sites)
+    except (SyntaxError, ValueError, RecursionError, MemoryError, AnnotationError):
         return None
 
 
@@ -118,6 +163,35 @@ def call_expressions(text: str, sites: Iterable[Site]) -> tuple[CallExpression, 
             seen[key] = CallExpression(site.capability, site.fingerprint, site.line,
                                        source_line(text, site.line, site.end_line))
     return tuple(seen.values())
+
+
+def capability_calls(text: str, sites: Iterable[Site]) -> tuple[CapabilityCalls, ...]:
+    """How many calls of each capability the script can make (``bounded_sites``), in the
+    order of their first call; a race decision is not a call (its branches' calls are)."""
+    sites = [s for s in sorted(sites, key=lambda s: (s.line, s.col)) if s.capability != RACE]
+    expressions = call_expressions(text, sites)
+    out: dict[str, CapabilityCalls] = {}
+    for site in sites:
+        seen = out.get(site.capability)
+        at_most = site.max_calls if seen is None else (
+            None if seen.at_most is None or site.max_calls is None
+            else seen.at_most + site.max_calls)
+        unbounded = tuple(sorted({*(seen.unbounded if seen else ()),
+                                  *((site.line,) if site.max_calls is None else ())}))
+        out[site.capability] = CapabilityCalls(
+            site.capability, at_most,
+            tuple(c for c in expressions if c.capability == site.capability), unbounded)
+    return tuple(out.values())
+
+
+def total_calls(counts: Iterable[CapabilityCalls]) -> int | None:
+    """All the calls of ``counts`` (None when one capability's have no static bound)."""
+    total = 0
+    for count in counts:
+        if count.at_most is None:
+            return None
+        total += count.at_most
+    return total
 
 
 # ---- loading the run ----------------------------------------------------------------------
@@ -162,7 +236,7 @@ def load_context(store: RunStore, run_id: str, *, args: Any = MISSING,
     frozen = frozen_sites(slots)
     first = min((s.revision for s in slots), default=failed.revision)
     original = next((r for r in revisions if r.revision == first), failed)
-    failed_sites = parsed_sites(failed.source_text) or []
+    failed_sites = bounded_sites(failed.source_text) or []
     by_storage = _storage_sites(frozen, failed_sites, relocation)
     summary = failed.summary or {}
     return RepairContext(
@@ -171,6 +245,7 @@ def load_context(store: RunStore, run_id: str, *, args: Any = MISSING,
         failure=dict(summary.get("error") or {}),
         failed_calls=_failed_calls(store, failed, summary),
         required=call_expressions(failed.source_text, failed_sites),
+        required_counts=capability_calls(failed.source_text, failed_sites),
         committed=_committed(store, run_id, slots), args=args, relocation=relocation,
         fanouts=tuple(fanouts(failed.source_text, args)),
         entry_lines={name: site.entry_line for name, site in by_storage.items()})

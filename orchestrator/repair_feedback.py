@@ -84,14 +84,43 @@ def refusal_message(feedback: AttemptFeedback, context: RepairContext, candidate
 
 
 def call_count_text(feedback: AttemptFeedback) -> str:
-    text = (f"Call-count guard: your candidate has {feedback.calls} capability call "
-            f"expression(s) in its source; the failed script has {feedback.required_calls}.")
+    if feedback.counted == "calls":
+        return _calls_short_text(feedback)
+    where = "".join(f"\n- line {u.line} of {u.where}:\n{indent(u.text)}"
+                    for u in feedback.unbounded)
+    text = ("Call-count guard: some calls have no static bound (a while loop, or a loop over "
+            "the run's input), so the calls cannot be counted and the guard compares call "
+            f"expressions instead.{where}\nYour candidate has {feedback.calls} capability "
+            "call expression(s) in its source; the failed script has "
+            f"{feedback.required_calls}.")
     if feedback.dropped:
-        text += " It dropped:" + "".join(
+        text += " Your candidate lacks these call expressions of the failed script:" + "".join(
             f"\n- {c.capability} at line {c.line} of the failed script:\n{indent(c.text)}"
             for c in feedback.dropped)
-    return text + ("\nA repair must not drop calls: answer with the whole script, keep every "
-                   "call expression, and add new ones for new work.")
+    return text + ("\nA repair must not make fewer calls than the failed script: give every "
+                   "loop a static bound (a literal list, range(n), a constant slice) so its "
+                   "calls can be counted, or keep every call expression; add new calls for new "
+                   "work.")
+
+
+def _calls_short_text(feedback: AttemptFeedback) -> str:
+    text = [f"Call-count guard: your candidate can make at most {feedback.calls} capability "
+            f"call(s); the failed script can make {feedback.required_calls}. (A call counts "
+            "once per element of the loops around it: a loop over a literal list of 3 is 3 "
+            "calls, range(4) is 4.) Your candidate makes fewer calls of:"]
+    for fewer in feedback.short:
+        lines = sorted({c.line for c in fewer.expressions})
+        where = (f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} of the "
+                 "failed script)" if lines else "")
+        has = (f"can make at most {fewer.calls} call{'' if fewer.calls == 1 else 's'}"
+               if fewer.calls else "makes none")
+        text.append(f"- {fewer.capability}: your candidate {has} where the failed script can "
+                    f"make {fewer.required}{where}:"
+                    + "".join(f"\n{indent(c.text)}" for c in fewer.expressions))
+    text.append("A repair must not make fewer calls than the failed script: keep the work of "
+                "every call (as literal calls, or one call in a loop over all the values), and "
+                "add new calls for new work.")
+    return "\n".join(text)
 
 
 # ---- accepted, run, and stopped by the runtime -----------------------------------------------

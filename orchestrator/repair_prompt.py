@@ -187,10 +187,21 @@ def args_section(context: RepairContext) -> str:
 
 
 def task_section(context: RepairContext) -> str:
-    where = ", ".join(str(c.line) for c in context.required[:12])
-    return (f"## Your task\n\nThe repaired script must keep at least {context.required_calls} "
-            f"capability call expression(s) in its source, as the failed script has (lines "
-            f"{where or '-'}). {answer_request(context.relocation)}")
+    calls = context.required_at_most
+    if calls is None:  # the call-count guard compares call expressions (repair.count_calls)
+        where = ", ".join(str(c.line) for c in context.required[:12])
+        return (f"## Your task\n\nThe repaired script must keep at least "
+                f"{context.required_calls} capability call expression(s) in its source, as "
+                f"the failed script has (lines {where or '-'}). "
+                f"{answer_request(context.relocation)}")
+    each = "; ".join(
+        f"{c.capability}: {c.at_most} (line{'s' if len(c.expressions) > 1 else ''} "
+        f"{', '.join(str(e.line) for e in c.expressions[:12])})"
+        for c in context.required_counts[:12])
+    return (f"## Your task\n\nThe repaired script must be able to make at least {calls} "
+            f"capability call(s), as the failed script can ({each or '-'}); a call counts "
+            "once per element of the loops around it (a loop over a literal list of 3 is 3 "
+            f"calls, range(4) is 4). {answer_request(context.relocation)}")
 
 
 def request_message(context: RepairContext, catalog: Mapping[str, Capability] = CATALOG,

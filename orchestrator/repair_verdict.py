@@ -10,7 +10,7 @@ from typing import Any
 from broker.errors import ReviseError
 from orchestrator.checker import Violation
 from orchestrator.gate import Counterexample
-from orchestrator.repair_context import CallExpression
+from orchestrator.repair_context import CallExpression, CallShortfall, SourceLine
 
 # Runtime stops the model can fix, by error type, with the name the loop reports.
 RUNTIME_REFUSALS = {"ReplayDivergence": "divergence", "SemanticRepeatDenied": "ledger",
@@ -68,13 +68,19 @@ class AttemptFeedback:
     refused_by: tuple[str, ...] = ()  # stages that refused it, in STAGES order
     violations: tuple[Violation, ...] = ()
     counterexamples: tuple[Counterexample, ...] = ()
-    calls: int | None = None  # capability call expressions in the candidate
+    # What the call-count guard compared: the capability calls the candidate can make at
+    # most, and the failed script (``counted`` "calls", their static bounds), or, when a
+    # bound is unknown, their call expressions (``counted`` "call expressions").
+    calls: int | None = None
     required_calls: int = 0
     message: str = ""
     candidate: str | None = None
-    dropped: tuple[CallExpression, ...] = ()  # the failed script's expressions it lacks
+    dropped: tuple[CallExpression, ...] = ()  # counting expressions: the ones it lacks
     run: RoundRun | None = None  # when the accepted candidate was executed
     refusals: tuple[ReviseError, ...] = ()  # one typed error per stage in ``refused_by``
+    counted: str = "calls"  # calls | call expressions
+    short: tuple[CallShortfall, ...] = ()  # counting calls: the capabilities it has fewer of
+    unbounded: tuple[SourceLine, ...] = ()  # counting expressions: the calls with no bound
 
     @property
     def stage(self) -> str:
@@ -105,6 +111,8 @@ class AttemptFeedback:
                 "violations": [v.to_json() for v in self.violations],
                 "counterexamples": [c.to_json() for c in self.counterexamples],
                 "calls": self.calls, "required_calls": self.required_calls,
+                "counted": self.counted, "short": [s.to_json() for s in self.short],
+                "unbounded": [{"line": u.line, "where": u.where} for u in self.unbounded],
                 "dropped": [{"capability": c.capability, "line": c.line, "text": c.text}
                             for c in self.dropped],
                 "spend": self.spend, "error": self.error,

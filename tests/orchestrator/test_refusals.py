@@ -124,8 +124,11 @@ def test_each_refused_repair_round_shows_its_code(revise, tmp_path: Path) -> Non
          "check_failed"),
         (["gate"], ["gate_rejected"], "gate_rejected"),
         (["gate", "call_count"], ["gate_rejected", "calls_dropped"], "gate_rejected")]
+    # The failed script's one call expression is in a fanout over args["shots"][:32]: it
+    # can make 32 calls, the candidate none.
     dropped = repair["attempts"][3]["errors"][1]
-    assert (dropped["calls"], dropped["required_calls"]) == (0, 1)
+    assert (dropped["counted"], dropped["calls"], dropped["required_calls"]) == (
+        "calls", 0, 32)
     assert repair["outcome"] == "no_candidate"
     assert repair["error"] == repair["attempts"][-1]["error"]
 

@@ -141,12 +141,14 @@ def test_truncated_candidate_is_refused_by_the_call_count_guard(two_step_run: Se
         feedback = server.prompts()[1]
     first = result.attempts[0]
     assert first.refused_by == ("call_count",)  # checker and gate both accept it
-    assert (first.calls, first.required_calls) == (1, 2)
+    assert (first.counted, first.calls, first.required_calls) == ("calls", 1, 2)
     assert "Call-count guard" in feedback
-    assert "has 1 capability call expression(s) in its source" in feedback
-    # The dropped call is named with its line in the failed script.
-    assert [(c.capability, c.line) for c in first.dropped] == [("image.generate", 3)]
-    assert ("It dropped:\n- image.generate at line 3 of the failed script:\n"
+    assert "your candidate can make at most 1 capability call(s)" in feedback
+    # The capability it has fewer calls of is named with its line in the failed script.
+    assert [(s.capability, s.calls, s.required, [c.line for c in s.expressions])
+            for s in first.short] == [("image.generate", 0, 1, [3])]
+    assert ("- image.generate: your candidate makes none where the failed script can make "
+            "1 (line 3 of the failed script):\n"
             '      hero = await ctx.run("image.generate"') in feedback
     assert result.accepted and result.candidate == TWO_STEP_FIXED
 

@@ -67,7 +67,10 @@ HERO_REPEAT = HERO_FIXED.replace(
     '"size": "1024x1024"})\n    return [again')
 
 # Stops short of the committed third shot: nothing new runs, the orphan policy decides.
-SIZES_TWO_ONLY = SIZES_FIXED.replace('enumerate(args["shots"][:4])', 'enumerate(args["shots"][:2])')
+# (Its comprehension can still make four calls, so the call-count guard lets it through;
+# slicing to [:2] would be refused before it ran, for two calls fewer.)
+SIZES_TWO_ONLY = SIZES_FIXED.replace('enumerate(args["shots"][:4])]',
+                                     'enumerate(args["shots"][:4]) if i < 2]')
 
 
 def fenced(text: str, prose: str = "Here is the repaired script.") -> str:
