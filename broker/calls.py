@@ -90,6 +90,14 @@ _OUTCOME_OF_STOP: dict[type, Outcome] = {
 }
 
 
+def failed_report(identity: Identity, capability: str, error: dict[str, Any],
+                  price: float) -> CallReport:
+    """A provider's failure as its call's answer: a paid attempt, costing ``price`` (the
+    capability's) when the provider may have charged for it."""
+    return CallReport(identity, capability, Outcome.FAILED, error=error, attempted=True,
+                      cost=price if error.get("charged") == "maybe" else 0.0)
+
+
 def stop_report(identity: Identity, capability: str, stop: SafetyStop) -> CallReport:
     """The report of a call a safety stop ended (the revision stops with it)."""
     outcome = _OUTCOME_OF_STOP.get(type(stop), Outcome.STOPPED)

@@ -22,7 +22,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from broker.calls import CallReport, CallRequest, ClaimedCall, ClaimedWave, Outcome, stop_report
+from broker.calls import (
+    CallReport,
+    CallRequest,
+    ClaimedCall,
+    ClaimedWave,
+    Outcome,
+    failed_report,
+    stop_report,
+)
 from broker.catalog import Capability, lookup
 from broker.charging import ProviderTerms
 from broker.crash_window import attempt_expired, mark_unresolved
@@ -128,13 +136,18 @@ class Claimer:
         if begin.claimed:
             assert begin.attempt is not None
             return Decided(claimed=ClaimedCall(begin.attempt, request.payload))
-        if begin.slot is not None:  # the same call committed here meanwhile: a replay
+        if begin.slot is not None:  # the same call committed meanwhile
+            # by this revision (before its job parked, or before a redelivery): its own
+            # work, executed and paid once; by an earlier one: a replay
+            own = begin.slot.revision == request.revision
             return Decided(report=CallReport(
-                request.identity, request.capability, Outcome.REPLAYED,
-                result=begin.slot.result, committed_by=begin.slot.revision))
-        assert begin.failed is not None
-        return Decided(report=CallReport(request.identity, request.capability,
-                                         Outcome.FAILED, error=begin.failed.error))
+                request.identity, request.capability,
+                Outcome.EXECUTED if own else Outcome.REPLAYED, result=begin.slot.result,
+                attempted=own, cost=begin.slot.cost if own else 0.0,
+                committed_by=begin.slot.revision))
+        assert begin.failed is not None  # this revision's failed attempt: its answer again
+        return Decided(report=failed_report(request.identity, request.capability,
+                                            begin.failed.error or {}, _price(request.capability)))
 
     def checks_ledger(self, capability: Capability) -> bool:
         """The ledger policy (the envelope's, else the deployment's) denies a repeat of

@@ -44,7 +44,15 @@ from datetime import datetime
 
 from celery import Celery
 
-from broker.calls import CallReport, CallRequest, ClaimedCall, ClaimedWave, Outcome, stop_report
+from broker.calls import (
+    CallReport,
+    CallRequest,
+    ClaimedCall,
+    ClaimedWave,
+    Outcome,
+    failed_report,
+    stop_report,
+)
 from broker.catalog import lookup
 from broker.claim import READ_ONLY_RETRIES, Claimer
 from broker.crash_window import attempt_expired, mark_unresolved
@@ -317,10 +325,8 @@ class RemoteExecutor:
             if error.get("code") == SlotConflict.code:
                 stop = ReplayDivergence(str(error.get("message")), identity=str(request.identity))
                 return stop_report(request.identity, request.capability, stop)
-            charged = error.get("charged") == "maybe"
-            return CallReport(request.identity, request.capability, Outcome.FAILED,
-                              error=error, attempted=True,
-                              cost=lookup(request.capability).unit_price if charged else 0.0)
+            return failed_report(request.identity, request.capability, error,
+                                 lookup(request.capability).unit_price)
         if status is AttemptStatus.PENDING and attempt.sent_at is not None and \
                 attempt_expired(attempt, self.lease_seconds,
                                 store_since=self.store.available_since):

@@ -128,3 +128,34 @@ def test_an_attempt_settled_while_a_copy_decides_it_is_replayed(postgres_url):
         store.close()
     assert again.slot is not None and again.slot.result == committed.result
     assert not again.in_the_way
+
+
+def test_a_claim_answers_this_revisions_settled_calls_as_its_own_paid_work(store):
+    """A job that parked (or was redelivered) asks again for calls its revision already
+    settled: a maybe-charged failure is answered as the paid attempt it is, a committed
+    call as executed at its cost, as when the answer first came (not at cost 0)."""
+    from broker.calls import CallRequest, Outcome
+    from broker.catalog import lookup
+    from broker.claim import Claimer
+    from broker.envelope import Envelope
+    from broker.settings import Settings
+
+    price = lookup("image.generate").unit_price
+    requests = []
+    for n, prompt in enumerate(["lost", "refused", "done"]):
+        payload = lookup("image.generate").normalize({"prompt": prompt})
+        requests.append(CallRequest(RUN, 1, Identity("orchestrate/#0", (), n),
+                                    "image.generate", payload, call_digest(payload),
+                                    "fp"))
+    claimer = Claimer(store=store, envelope=Envelope(), settings=Settings())
+    store.ensure_run(RUN)
+    store.add_revision(RUN, "# src", "h")
+    first = [d.claimed.attempt for d in claimer.claim(requests)]
+    store.fail_attempt(first[0].id, {"code": "timeout", "charged": "maybe"}, uncertain=True)
+    store.fail_attempt(first[1].id, {"code": "invalid_request", "charged": "no"})
+    store.commit(slot(requests[2].identity, digest=requests[2].digest,
+                      capability="image.generate"), first[2].id)
+    again = [d.report for d in claimer.claim(requests)]
+    assert [(r.outcome, r.attempted, r.cost) for r in again] == [
+        (Outcome.FAILED, True, price), (Outcome.FAILED, True, 0.0),
+        (Outcome.EXECUTED, True, 0.5)]  # the slot's own cost
