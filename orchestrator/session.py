@@ -356,7 +356,7 @@ class Session:
                 self._race_commit(frame)
         decisions = self.prefix.decide_wave([call for _, call, _ in calls])
         dispatch: list[tuple[int, CallRequest]] = []
-        for (seq, call, request), decision in zip(calls, decisions, strict=True):
+        for (seq, call, request), decision in _replays_first(calls, decisions):
             new = self._apply(seq, call, request, decision)
             if new is not None:
                 dispatch.append((seq, new))
@@ -643,7 +643,9 @@ class Session:
                 "any new effect. Keep the winning branch's first call, with its payload, "
                 "among the race's branches", identity=str(identity)), decided=True)
             return
-        self._record(Recorded(identity, RACE, Outcome.REPLAYED, committed_by=slot.revision))
+        if slot.revision != self.revision:  # this revision's own decision (before its job
+            # parked) is reported as when it was made: not at all
+            self._record(Recorded(identity, RACE, Outcome.REPLAYED, committed_by=slot.revision))
         self._answer(frame["seq"], {"ok": True, "winner": winner, "index": index})
 
     def _close_race(self, key: tuple[str, tuple[int, ...], int]) -> _Race:
@@ -697,6 +699,25 @@ class Session:
                                  identity=identity)
         except ReviseError:
             log.warning("could not record event %s for run %s", kind, self.run_id)
+
+
+def _replays_first(calls: list[tuple[int, Call, CallRequest]], decisions: list[Decision]
+                   ) -> list[tuple[tuple[int, Call, CallRequest], Decision]]:
+    """A wave's calls in the order they are answered: the ones with a committed result
+    first, in the order those were committed, then the rest in the wave's own order (so
+    the first stop in it is the one reported). A race whose branches' calls were all
+    answered while its job was parked is then won by the first answer, as it was live."""
+    decided = list(zip(calls, decisions, strict=True))
+    replays = [d for d in decided if d[1].replays]
+    if len(replays) < 2:
+        return decided
+
+    def committed(item: tuple[Any, Decision]) -> float:
+        slot = item[1].slot
+        at = slot.committed_at if slot is not None else None
+        return at.timestamp() if at is not None else float("inf")
+
+    return sorted(replays, key=committed) + [d for d in decided if not d[1].replays]
 
 
 def _vouched(error: dict[str, Any], answered: Mapping[Any, dict[str, Any]]) -> dict[str, Any]:

@@ -10,7 +10,9 @@ from collections import Counter
 import pytest
 
 from broker.envelope import Envelope
+from broker.prefix import RACE
 from broker.records import JobStatus
+from tests.fakes.openai_server import FAKE_API_KEY, IMAGES, FakeOpenAIServer, slow
 
 from .conftest import script, wait_for
 from .test_parking import SEQUENTIAL
@@ -82,6 +84,42 @@ def test_a_parked_race_resumes_with_one_winner_and_replays_it_in_the_next_revisi
     assert again["status"] == "succeeded", again["error"]
     assert again["result"] == first["result"]  # the committed winner, not a new race
     assert len(_paid_once(stack)) == paid
+
+
+SLOW_AND_FAST = """async def orchestrate(ctx, args):
+    won = await ctx.race([ctx.run("image.generate", {"prompt": "slow"}),
+                          ctx.run("image.generate", {"prompt": "fast"})])
+    return won["artifact"]["id"]
+"""
+
+
+def test_a_parked_race_is_won_by_the_first_answer(make_stack) -> None:
+    """Both branches of a race are answered while its job is parked: on resume the first
+    answer still wins (it would have live), not the first branch; the decision is reported
+    once, as a live one is (not as a replay)."""
+    def by_prompt(request, server):
+        # both answer after the job parked (at 0.2 s); the fast one first
+        return slow(5.0 if request.body.get("prompt") == "slow" else 1.0)(request, server)
+
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, by_prompt, by_prompt)
+        stack = make_stack(park_after_seconds=0.2, reconcile_interval=1)
+        stack.env.update({"REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL":
+                          server.base_url, "REVISE_PROVIDER_API_KEY": FAKE_API_KEY})
+        stack.worker("dispatch")
+        stack.worker("sandbox", pool="prefork", concurrency=1)
+        stack.worker("capabilities", concurrency=4)
+        stack.wait_ready(120)
+        report = stack.client.submit(SLOW_AND_FAST, {}, Envelope(), "parked-race").wait(180)
+        assert report["status"] == "succeeded", report["error"]
+        assert stack.store.job_for_revision("parked-race", 1).resumes >= 1, "never parked"
+        (race,) = [s for s in stack.store.list_slots("parked-race") if s.capability == RACE]
+        assert race.result["index"] == 1, race.result
+        fast = next(s for s in stack.store.list_slots("parked-race")
+                    if s.identity.path == (1,))
+        assert report["result"] == fast.result["artifact"]["id"]
+        assert RACE not in [i["capability"] for i in report["identities"]]
+        assert server.charged() == 2
 
 
 def test_a_job_parks_and_resumes_in_the_process_sandbox_too(make_stack) -> None:
