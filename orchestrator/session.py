@@ -180,6 +180,9 @@ class Session:
         self._lock = threading.Lock()
         self._latched = threading.Event()
         self._stop: ReviseError | None = None
+        # Once the script returned a result, a stop from a call it no longer waits for (a
+        # race's loser, still at the provider) cannot change that result: a warning.
+        self._returned = False
         self._channel: Channel | None = None
         self._state = _State()
         self._paths = ReachablePaths(admission.storage_site, prefix)
@@ -192,6 +195,9 @@ class Session:
         else one from outside, which also takes back what has not left for the provider
         yet."""
         with self._lock:
+            if self._returned:
+                self.warnings.append(f"after the script returned its result: {stop.message}")
+                return
             first = self._stop is None
             if first:
                 self._stop = stop
@@ -227,6 +233,8 @@ class Session:
                     channel.send({"t": "job", "nonce": self.nonce, "script": self.admission.text,
                                   "args": self.args, "config": self._config()})
                     outcome = self._serve(channel, pool, deadline)
+                    with self._lock:
+                        self._returned = bool(outcome and outcome["ok"]) and self._stop is None
             except SafetyStop as stop:
                 self.latch(stop)
             except ReviseError as exc:  # SandboxTimeout and friends

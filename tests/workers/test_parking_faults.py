@@ -122,6 +122,46 @@ def test_a_parked_race_is_won_by_the_first_answer(make_stack) -> None:
         assert server.charged() == 2
 
 
+RACE_THEN_RETURN = """async def orchestrate(ctx, args):
+    won = await ctx.race([ctx.run("image.generate", {"prompt": "slow"}),
+                          ctx.run("image.generate", {"prompt": "fast"})])
+    return won["artifact"]["id"]
+"""
+
+
+def test_a_race_loser_lost_with_its_broker_worker_keeps_the_script_s_result(
+        make_stack) -> None:
+    """The script returned the winner; the loser, still at the provider, is lost with its
+    broker worker and ends unresolved (paid until an operator or the provider's lookup
+    says otherwise). The revision keeps the script's result and says what happened to the
+    loser, instead of ending stopped with the paid result thrown away."""
+    def by_prompt(request, server):
+        return slow(60.0 if request.body.get("prompt") == "slow" else 0.5)(request, server)
+
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, by_prompt, by_prompt)
+        stack = make_stack(park_after_seconds=60, reconcile_interval=1)
+        stack.env.update(LIVENESS)
+        stack.env.update({"REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL":
+                          server.base_url, "REVISE_PROVIDER_API_KEY": FAKE_API_KEY})
+        stack.worker("dispatch")
+        stack.worker("sandbox", pool="prefork", concurrency=1)
+        broker = stack.worker("capabilities", concurrency=4)
+        stack.wait_ready(120)
+        handle = stack.client.submit(RACE_THEN_RETURN, {}, Envelope(), "lost-loser")
+        wait_for(lambda: [s for s in stack.store.list_slots("lost-loser")
+                          if s.capability == RACE], 60, "the race decided")
+        os.killpg(broker.pid, signal.SIGKILL)
+        broker.wait(10)
+        report = handle.wait(120)
+        assert report["status"] == "succeeded", report["error"]
+        fast = next(s for s in stack.store.list_slots("lost-loser") if s.identity.path == (1,))
+        assert report["result"] == fast.result["artifact"]["id"]
+        assert report["calls"]["uncertain"] == 1
+        assert any("after the script returned its result" in w and "unresolved" in w
+                   for w in report["warnings"]), report["warnings"]
+
+
 def test_a_job_parks_and_resumes_in_the_process_sandbox_too(make_stack) -> None:
     """The stack tests run in Docker where an engine runs (CI); parking is the same in
     the bubblewrap sandbox."""
