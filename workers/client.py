@@ -13,6 +13,7 @@ clear error the dispatcher would give, and nothing is queued.
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections import Counter
@@ -38,8 +39,11 @@ from orchestrator.source import decode_source
 from workers.app import ReviseCelery, make_app
 from workers.config import WorkerSettings
 from workers.messages import DispatchJob, parse_message
+from workers.outbox import keep
 from workers.outcome import answer_of
 from workers.routing import DISPATCH_TASK, enqueue
+
+log = logging.getLogger("revise.client")
 
 QUEUED, DISPATCHING, RUNNING = "queued", "dispatching", RevisionStatus.RUNNING
 _UNFINISHED = (QUEUED, DISPATCHING, RUNNING)
@@ -122,6 +126,12 @@ class JobHandle:
             enqueue(self.client.app, DISPATCH_TASK, self.client.app.routing.queue("dispatch"),
                     args=[self._job], task_id=self.job_id)
         self._sent_at = time.monotonic()
+        try:  # for the reconciler, should a dispatcher lose it as it takes it
+            keep(self.client.broker_redis, self.client.app.routing.prefix, self.job_id,
+                 self._job)
+        except Exception as exc:  # queued already: a lost copy is the only thing at stake
+            log.warning("job %s is queued, but not kept against its loss: %s", self.job_id,
+                        exc)
 
     def _dispatch_answer(self) -> dict[str, Any] | None:
         if self._dispatched is None:

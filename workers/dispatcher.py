@@ -15,6 +15,7 @@ A message that is not a valid ``DispatchJob`` is answered at once with an
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from broker.envelope import Envelope
@@ -24,10 +25,12 @@ from workers.app import ReviseTask, app
 from workers.context import WorkerContext
 from workers.lease import Grant, run_leased
 from workers.messages import DispatchJob, InvalidMessage, check_task_id, name_in, parse_message
+from workers.outbox import forget
 from workers.outcome import RunFailed, RunStopped, run_outcome
 from workers.recovery import sandbox_task_id
 from workers.routing import DISPATCH_TASK, SANDBOX_TASK, enqueue
 
+log = logging.getLogger("revise.dispatcher")
 _limits = app.queue_settings
 
 
@@ -47,11 +50,16 @@ def _answer_job(self: ReviseTask, job: dict[str, Any]) -> dict[str, Any]:
         return _answer(job_id, {"run_id": name_in(job, "run_id", "run id")},
                        error=exc.to_json())
     try:
-        return _dispatch(self.context, job_id, job)
+        answer = _dispatch(self.context, job_id, job)
     except StoreUnavailable as exc:
         # Nothing was queued for a sandbox: the job goes back to the queue (same id) and
         # is admitted when the store answers.
         raise self.retry(countdown=3.0, max_retries=100, exc=exc) from None
+    try:  # taken: the client's copy kept against a loss is not needed (workers.outbox)
+        forget(self.context.broker_redis, self.context.routing.prefix, job_id)
+    except Exception as exc:  # the reconciler forgets it instead
+        log.info("job %s: its kept dispatch message stays for the reconciler: %s", job_id, exc)
+    return answer
 
 
 def _dispatch(ctx: WorkerContext, job_id: str, job: dict[str, Any]) -> dict[str, Any]:

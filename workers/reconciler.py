@@ -1,7 +1,8 @@
 """The reconciler (``-Q reconcile`` with beat): finds what a crash or an outage left open.
 
 Each sweep: pending attempts whose owner is gone become unresolved (the run is
-``blocked``); accepted jobs whose queue message was lost are queued again, and
+``blocked``); submitted jobs whose dispatch message no dispatcher took
+(``workers.outbox``) and accepted jobs whose queue message was lost are queued again, and
 started jobs whose sandbox worker is gone run again as their next resume
 (``workers.recovery``); running revisions whose owner is gone after that are
 failed with the reason (``lost: ...``) and their runs are resumable.
@@ -19,6 +20,7 @@ from typing import Any
 
 from orchestrator.reconcile import resolve_by_lookup, sweep, sweep_revisions
 from workers.app import ReviseTask, app
+from workers.outbox import resend_lost_dispatches
 from workers.parking import wake_all
 from workers.recovery import requeue_lost_jobs, resume_lost_jobs
 from workers.routing import SWEEP_TASK
@@ -35,11 +37,12 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
                     "reconcile it", attempt.run_id, attempt.number, attempt.identity,
                     attempt.owner)
     try:
+        dispatches = resend_lost_dispatches(ctx, app)
         jobs = requeue_lost_jobs(ctx, app)
         resumed = resume_lost_jobs(ctx, app)
     except Exception as exc:  # Redis away: the revisions are still swept (store only)
         log.warning("could not look for lost job messages: %s", exc)
-        jobs, resumed = {"requeued": [], "lost": []}, []
+        dispatches, jobs, resumed = {"resent": []}, {"requeued": [], "lost": []}, []
     resolved = []
     if ctx.settings.provider_lookup_path:  # the provider can be asked: ask, never guess
         resolved = resolve_by_lookup(ctx.store, ctx.provider, ctx.artifacts)
@@ -51,6 +54,7 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
     removed = _remove_stale_containers()
     return {"unresolved": [{"run_id": a.run_id, "identity": str(a.identity),
                             "attempt_id": a.id} for a in marked],
+            "dispatches_resent": dispatches["resent"],
             "requeued": jobs["requeued"], "jobs_lost": jobs["lost"],
             "jobs_resumed": resumed,
             "revisions_lost": [{"run_id": r.run_id, "revision": r.revision,
