@@ -13,6 +13,8 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
+import sys
 import threading
 from functools import cached_property
 from typing import Any
@@ -138,6 +140,26 @@ def quiet_beat_sends(sender: Any = None, **_: Any) -> None:
     app = getattr(sender, "app", None)
     if isinstance(app, ReviseCelery):
         app.conf.task_send_sent_event = False
+
+
+@beat_init.connect
+def end_with_its_worker(sender: Any = None, **_: Any) -> None:
+    """The beat a worker embeds (``-B``, the reconciler) runs in a child process that
+    outlived a SIGKILLed worker, so a restarted reconciler ran two beats. It now dies
+    with its worker (Linux: the parent-death signal)."""
+    from billiard.process import current_process
+
+    if current_process().name != "Beat" or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    parent = os.getppid()
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the worker died before the signal was asked for
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 @worker_ready.connect

@@ -75,3 +75,31 @@ def test_a_started_workers_objects_leave_the_collectors_view() -> None:
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as listing:
+            return [int(child) for child in listing.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+@pytest.mark.redis
+@pytest.mark.postgres
+def test_the_beat_a_reconciler_embeds_dies_with_it(make_stack) -> None:
+    """SIGKILLed, a reconciler left its beat running (a restart then ran two)."""
+    import os
+    import signal
+
+    from .conftest import wait_for
+
+    stack = make_stack()
+    reconciler = stack.worker("reconcile", concurrency=1, beat=True)
+    stack.wait_ready(60)
+    (beat,) = wait_for(lambda: _children(reconciler.pid), 30, "the embedded beat")
+    os.kill(reconciler.pid, signal.SIGKILL)
+    reconciler.wait(10)
+    wait_for(lambda: not os.path.exists(f"/proc/{beat}") or
+             open(f"/proc/{beat}/stat", encoding="ascii").read().split(") ")[1][0] in "ZX",
+             15, "the beat to end with its worker")
