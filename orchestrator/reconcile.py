@@ -159,15 +159,18 @@ def _open_attempt(store: RunStore, run_id: str, identity: Identity) -> AttemptRe
     if not attempts:
         raise InputError(f"run {run_id!r} has no attempt at {identity}; "
                          "`revise attempts --unresolved` lists the open ones")
-    latest = attempts[-1]
-    if latest.status not in RECONCILABLE_ATTEMPT_STATUSES:
-        raise InputError(f"the latest attempt at {identity} is {latest.status}; there is "
-                         "nothing to reconcile")
-    if latest.status is AttemptStatus.PENDING and owner_alive(latest.owner) is not False:
+    # The latest open one: a repair may have asked another request at this identity
+    # since (a changed payload is not held up by an uncertain attempt of the old one).
+    open_ = [a for a in attempts if a.status in RECONCILABLE_ATTEMPT_STATUSES]
+    if not open_:
+        raise InputError(f"no attempt at {identity} is open (the latest is "
+                         f"{attempts[-1].status}); there is nothing to reconcile")
+    attempt = open_[-1]
+    if attempt.status is AttemptStatus.PENDING and owner_alive(attempt.owner) is not False:
         raise InputError(f"the attempt at {identity} is still pending and its owner "
-                         f"{latest.owner} may be running; wait for the reconciler to mark it "
+                         f"{attempt.owner} may be running; wait for the reconciler to mark it "
                          "unresolved (lease expiry) before deciding")
-    return latest
+    return attempt
 
 
 def _call_facts(store: RunStore, attempt: AttemptRecord) -> tuple[str, str, int | None]:
@@ -357,6 +360,12 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
         if artifacts is not None:
             check_write_back(attempt.capability, result, artifacts, imports)
         price = CATALOG[attempt.capability].unit_price if attempt.capability in CATALOG else 0
+        committed = store.get_slot(run_id, ident)
+        if committed is not None:
+            raise InputError(
+                f"attempt #{attempt.number} at {ident} asked another request than the one "
+                f"revision {committed.revision} committed there since, so its result can "
+                "never be replayed. Abandon it (--abandon): it stays counted as paid")
         fingerprint, chain, line = _call_facts(store, attempt)
         _fits_its_site(store, attempt, fingerprint)
         slot = SlotRecord(run_id=run_id, identity=ident, capability=attempt.capability,

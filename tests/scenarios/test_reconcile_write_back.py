@@ -278,3 +278,36 @@ def test_a_write_back_for_a_call_the_run_has_since_changed_is_refused(make_harne
                                      harness.services.artifacts) == []
         assert store.get_slot("r6", attempt.identity) is None
         assert _uncertain(harness, "r6").id == attempt.id
+
+
+ONE_SHOT = _s('''
+    async def orchestrate(ctx, args):
+        shot = await ctx.run("image.generate", {"prompt": "storm"})
+        return shot["artifact"]["id"]
+''')
+ONE_SHOT_TALLER = ONE_SHOT.replace('{"prompt": "storm"}',
+                                   '{"prompt": "storm", "size": "1024x1536"}')
+
+
+def test_an_uncertain_attempt_a_changed_request_went_past_can_still_be_settled(
+        make_harness) -> None:
+    """A repair that changes the payload at the identity of an uncertain attempt asks
+    another request (not held up by the old one). The old attempt stays open: it can be
+    abandoned (still counted as paid), not written back where another result is
+    committed; before, neither worked and it was listed as open for ever."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        harness = _harness(make_harness, server)
+        server.queue(IMAGES, charge_then_error(500))
+        assert _run(harness, ONE_SHOT, "r7")["status"] == "failed"
+        attempt = _uncertain(harness, "r7")
+        assert _run(harness, ONE_SHOT_TALLER, "r7")["status"] == "succeeded"
+        assert _uncertain(harness, "r7").id == attempt.id
+        with pytest.raises(InputError, match="another request"):
+            _operator_writes_back(harness, "r7", attempt)
+        decided = reconcile_attempt(harness.services.store, "r7", str(attempt.identity),
+                                    operator="ana", reason="the old size is not used")
+        assert (decided["decision"], decided["attempt_id"]) == ("abandoned", attempt.id)
+        store = harness.services.store
+        assert [a.status for a in store.list_attempts("r7")] == [
+            AttemptStatus.ABANDONED, AttemptStatus.SUCCEEDED]
+        assert _run(harness, ONE_SHOT_TALLER, "r7")["calls"]["replayed"] == 1
