@@ -182,6 +182,13 @@ class NoScript(AdmissionError):
     code = "no_script"
 
 
+class AnswerCutOff(NoScript):
+    """A model's answer stopped at its output limit (finish_reason ``length``): a script
+    taken from it would be cut off too, and may even parse without its end."""
+
+    code = "answer_cut_off"
+
+
 class PrefixConflict(AdmissionError):
     code = "prefix_conflict"
     site: str

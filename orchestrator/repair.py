@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from broker.catalog import CATALOG, Capability
-from broker.errors import InputError, ReviseError
+from broker.errors import AnswerCutOff, InputError, ReviseError
 from broker.store import RunStore
 from orchestrator.checker import Violation, check
 from orchestrator.gate import Counterexample, check_gate
@@ -228,8 +228,14 @@ def repair_dynamic_source(*, store: RunStore, run_id: str, model: ModelBackend,
             output = model.complete(messages, purpose="repair")
         except ModelEndpointError as exc:
             return loop.result(endpoint_error=exc.to_json())
-        verdict = judge(output, loop.context, attempt=attempt, capabilities=names,
-                        rounds=max_attempts)
+        except AnswerCutOff as exc:  # a round refused: the model hears why, and answers again
+            output = "(an answer cut off at the output limit)"
+            verdict = _refused(loop.context, AttemptFeedback(
+                attempt=attempt, accepted=False, required_calls=loop.context.required_calls),
+                ("extract",), candidate=None, rounds=max_attempts, refusals=(exc,))
+        else:
+            verdict = judge(output, loop.context, attempt=attempt, capabilities=names,
+                            rounds=max_attempts)
         if verdict.accepted and execute is not None:
             verdict = loop.ran(verdict, execute(verdict.candidate or ""))
         loop.record(verdict)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from broker.catalog import CATALOG, Capability
-from broker.errors import InputError
+from broker.errors import AnswerCutOff, InputError
 from broker.identity import Identity
 from orchestrator.gate import Counterexample, CounterexampleKind, check_gate
 from orchestrator.inputs import short
@@ -65,7 +65,10 @@ def refusal_message(feedback: AttemptFeedback, context: RepairContext, candidate
              f"refused before anything ran ({', '.join(feedback.refused_by)}); it spent "
              "nothing."]
     if "extract" in feedback.refused_by:
-        parts.append("Your answer contained no script.")
+        parts.append("Your answer was cut off at your output limit before it ended: send "
+                     "only the whole repaired script, without prose or a copy of the failed "
+                     "script." if any(isinstance(r, AnswerCutOff) for r in feedback.refusals)
+                     else "Your answer contained no script.")
     if "decode" in feedback.refused_by:
         parts.append(f"The script could not be read: {detail}")
     if feedback.counterexamples:

@@ -28,7 +28,7 @@ import httpx
 from pydantic import SecretStr
 
 from broker.content_encoding import ACCEPT_ENCODING, EncodingError, read_decoded
-from broker.errors import ConfigError, ReviseError
+from broker.errors import AnswerCutOff, ConfigError, ReviseError
 from broker.foreign_json import parse_foreign_json
 from broker.providers.http import (
     chat_reply_text,
@@ -272,11 +272,17 @@ class OpenAIChatBackend:
                               "choices[0].message")
         content = chat_reply_text(message.get("content") if isinstance(message, dict)
                                   else None)
+        finish = choice.get("finish_reason") if isinstance(choice, dict) else None
         if not content.strip():
-            finish = choice.get("finish_reason") if isinstance(choice, dict) else None
             raise ModelEndpointError(
                 f"model {self.model} returned an empty answer (finish_reason {finish!r}); "
-                "retry, or raise its max_tokens", reason="empty")
+                "retry, or choose a model with a larger output limit (a reasoning model "
+                "may spend all of it thinking)", reason="empty")
+        if finish == "length":  # a script taken from it would be cut off, maybe parsable
+            raise AnswerCutOff(f"model {self.model} stopped at its output limit "
+                               "(finish_reason 'length'): its answer is cut off; answer with "
+                               "only the whole repaired script, in one ```python block, "
+                               "without prose or a copy of the failed script")
         return content
 
     def _message(self, raw: bytes) -> str:

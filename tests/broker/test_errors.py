@@ -42,7 +42,7 @@ CODES = {
     "ConfigError": "config_error", "InputError": "input_error",
     "AdmissionError": "admission_error", "CheckFailed": "check_failed",
     "AnnotationError": "annotation_error", "GateRejected": "gate_rejected",
-    "CallsDropped": "calls_dropped", "NoScript": "no_script",
+    "CallsDropped": "calls_dropped", "NoScript": "no_script", "AnswerCutOff": "answer_cut_off",
     "PrefixConflict": "prefix_conflict", "SafetyStop": "safety_stop",
     "ReplayDivergence": "replay_divergence", "AttemptUnresolved": "attempt_unresolved",
     "AttemptInFlight": "attempt_in_flight", "RevisionNotRunning": "revision_not_running",

@@ -158,8 +158,9 @@ def url_image(place: Callable[[str, bytes], str] | None = None) -> Behaviour:
 
 
 def ok_chat(content: str | None = None, *, prompt_tokens: int = 7,
-            completion_tokens: int = 5) -> Behaviour:
-    """Answer with a chat completion (echoing the last user message unless ``content``)."""
+            completion_tokens: int = 5, finish_reason: str = "stop") -> Behaviour:
+    """Answer with a chat completion (echoing the last user message unless ``content``);
+    ``finish_reason="length"``: cut off at the model's output limit."""
 
     def behave(request: RecordedRequest, server: FakeOpenAIServer) -> Reply:
         reply = content
@@ -168,7 +169,7 @@ def ok_chat(content: str | None = None, *, prompt_tokens: int = 7,
             reply = f"echo: {messages[-1].get('content')}"
         return Reply(200, {"id": "chatcmpl-fake", "object": "chat.completion",
                            "model": request.body.get("model"),
-                           "choices": [{"index": 0, "finish_reason": "stop",
+                           "choices": [{"index": 0, "finish_reason": finish_reason,
                                         "message": {"role": "assistant", "content": reply}}],
                            "usage": {"prompt_tokens": prompt_tokens,
                                      "completion_tokens": completion_tokens}})

@@ -30,7 +30,7 @@ from orchestrator.repair import repair_dynamic_source
 from orchestrator.repair_context import load_context
 from orchestrator.repair_prompt import request_message
 from tests.fakes.model_server import FAKE_API_KEY, ModelServer
-from tests.fakes.openai_server import CHAT, error, slow
+from tests.fakes.openai_server import CHAT, error, ok_chat, slow
 from workers.cli import app
 
 SHOTS = {"shots": ["a lighthouse", "waves", "a gull", "fog"]}
@@ -157,6 +157,27 @@ def test_checker_feedback_quotes_the_offending_line(services: Services) -> None:
     assert result.attempts[0].refused_by == ("check",)
     assert feedback.startswith("Round 2 of 4. Candidate 1 was refused before anything ran")
     assert "R03 line 10:" in feedback and "your line 10:\n      while True:" in feedback
+
+
+def test_an_answer_cut_off_at_the_output_limit_is_a_refused_round(services: Services
+                                                                  ) -> None:
+    """Cut before its return statement, the script still parses and would run (returning
+    None as the repaired result, three new images paid): the model hears it was cut."""
+    services.pipeline().run("cut", SIZES_V1, SHOTS, Envelope())
+    cut = fenced(SIZES_FIXED).split("    return {")[0]  # no closing fence either
+    with ModelServer([fenced(SIZES_FIXED)]) as server:
+        server.queue(CHAT, ok_chat(cut, finish_reason="length"))
+        result = repair_dynamic_source(store=services.store, run_id="cut",
+                                       model=http_model(server), max_attempts=3,
+                                       execute=executor(services, "cut", SHOTS))
+        feedback = server.prompts()[1]
+    first = result.attempts[0]
+    assert first.refused_by == ("extract",) and first.candidate is None
+    assert [r.code for r in first.refusals] == ["answer_cut_off"]
+    assert feedback.startswith("Round 2 of 3. Candidate 1 was refused before anything ran")
+    assert "cut off at your output limit" in feedback
+    assert result.accepted and result.run is not None
+    assert result.run["status"] == "succeeded" and len(result.run["result"]["images"]) == 4
 
 
 # ---- runtime refusals become the next round -----------------------------------------------------
