@@ -65,7 +65,7 @@ Execute = Callable[[str], Mapping[str, Any]]
 def judge(output: str, context: RepairContext, *, attempt: int,
           capabilities: frozenset[str], rounds: int = 1) -> AttemptFeedback:
     """Run every stage that can run on the model's answer and collect all refusals."""
-    script = extract_script(output)
+    script = extract_script(output, failed=context.failed.source_text)
     required = context.required_at_most
     base = AttemptFeedback(attempt=attempt, accepted=False,
                            counted="call expressions" if required is None else "calls",

@@ -5,7 +5,9 @@ and after, show the old script next to the new one, think aloud in
 ``<think>`` blocks, or answer with bare code. ``extract_script`` returns the
 one script the host should check: the fenced block that defines
 ``orchestrate`` (the last such block: models show the fix after the
-original), else the best other block, else the code part of unfenced text.
+original; but never the failed script itself when another block defines it:
+some show the original after the fix), else the best other block, else the
+code part of unfenced text.
 It never judges validity; the checker does that and tells the model why.
 """
 
@@ -60,8 +62,13 @@ def _blocks(text: str) -> list[_Block]:
     return blocks
 
 
-def _choose(blocks: list[_Block]) -> _Block | None:
+def _choose(blocks: list[_Block], failed: str | None) -> _Block | None:
     with_entry = [b for b in blocks if _ENTRY.search(b.text)]
+    if failed is not None and len(with_entry) > 1:
+        # "The fix, and the original for reference": never the failed script, when the
+        # answer holds another (alone, it is a retry, which a transient failure may need).
+        changed = [b for b in with_entry if _lines(b.text) != _lines(failed)]
+        with_entry = changed or with_entry
     if with_entry:
         pythonish = [b for b in with_entry if b.info in _PYTHON_INFO]
         return (pythonish or with_entry)[-1]
@@ -69,6 +76,10 @@ def _choose(blocks: list[_Block]) -> _Block | None:
     if code:
         return max(code, key=lambda b: len(b.text))
     return None
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip("\n").split("\n")]
 
 
 def _parses(text: str) -> bool:
@@ -100,12 +111,13 @@ def _unfenced(text: str) -> str:
     return candidate  # let the checker report the syntax error with its line
 
 
-def extract_script(text: str) -> str:
-    """The script inside a model answer, with a trailing newline; '' when there is none."""
+def extract_script(text: str, *, failed: str | None = None) -> str:
+    """The script inside a model answer, with a trailing newline; '' when there is none.
+    ``failed``: the script being repaired, which a block holding another one outranks."""
     cleaned = _THINK.sub("", text.replace("\r\n", "\n")).strip("\n")
     if not cleaned.strip():
         return ""
-    chosen = _choose(_blocks(cleaned))
+    chosen = _choose(_blocks(cleaned), failed)
     if chosen is not None:
         script = chosen.text.strip("\n")
     else:

@@ -70,6 +70,16 @@ def test_extract_prefers_the_last_block_that_defines_orchestrate() -> None:
     assert extract_script(answer) == SCRIPT
 
 
+def test_extract_never_takes_the_failed_script_over_another() -> None:
+    """Some models show the fix first and the original "for reference" after it."""
+    answer = (f"The repaired script:\n```python\n{SCRIPT}```\nFor reference, the original:"
+              f"\n```python\n{OLD.replace(chr(10), '  ' + chr(10))}```\n")
+    assert extract_script(answer) != SCRIPT  # without knowing which one failed: the last
+    assert extract_script(answer, failed=OLD) == SCRIPT
+    # The failed script alone is a retry (a transient failure may need one): taken.
+    assert extract_script(f"```python\n{OLD}```", failed=OLD) == OLD
+
+
 def test_extract_handles_longer_fences_around_inner_fences() -> None:
     inner = SCRIPT.replace('"hi"', '"```"')
     assert extract_script(f"````python\n{inner}````") == inner
