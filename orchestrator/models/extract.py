@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from broker.syntax import parse_python
 
 _THINK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORECASE)
-_OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
+_OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 _ENTRY = re.compile(r"^\s*async\s+def\s+orchestrate\s*\(", re.MULTILINE)
 _PYTHON_INFO = frozenset({"", "python", "python3", "py", "py3"})
 # Lines that start code in unfenced output (prose lines before them are dropped).
@@ -36,7 +36,9 @@ class _Block:
 
 
 def _blocks(text: str) -> list[_Block]:
-    """Fenced blocks in CommonMark style: a fence closes on the same char, >= its length."""
+    """Fenced blocks in CommonMark style: a fence closes on the same char, >= its length;
+    a block whose lines are all indented like its opening fence (a list item's) loses that
+    indent."""
     blocks: list[_Block] = []
     lines = text.split("\n")
     index = 0
@@ -45,7 +47,7 @@ def _blocks(text: str) -> list[_Block]:
         if opened is None:
             index += 1
             continue
-        fence = opened.group("fence")
+        fence, indent = opened.group("fence"), len(opened.group("indent"))
         info = opened.group("info").strip().split(" ")[0].lower()
         body: list[str] = []
         index += 1
@@ -58,6 +60,8 @@ def _blocks(text: str) -> list[_Block]:
                 break
             body.append(lines[index])
             index += 1
+        if indent and all(line.startswith(" " * indent) for line in body if line.strip()):
+            body = [line[indent:] for line in body]  # a fence in a list item, its lines too
         blocks.append(_Block(info, "\n".join(body), closed))
     return blocks
 

@@ -80,6 +80,11 @@ def test_extract_never_takes_the_failed_script_over_another() -> None:
     assert extract_script(f"```python\n{OLD}```", failed=OLD) == OLD
 
 
+def test_extract_takes_a_list_item_s_indent_off_its_block() -> None:
+    indented = "".join(f"   {line}\n" if line else "\n" for line in SCRIPT.split("\n")[:-1])
+    assert extract_script(f"1. Replace it with:\n\n   ```python\n{indented}   ```\n") == SCRIPT
+
+
 def test_extract_handles_longer_fences_around_inner_fences() -> None:
     inner = SCRIPT.replace('"hi"', '"```"')
     assert extract_script(f"````python\n{inner}````") == inner
