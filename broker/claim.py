@@ -200,7 +200,7 @@ class Claimer:
                                                               request.digest):
             raise ReplayDivergence(
                 f"{where} is committed with another payload and cannot change; the run "
-                "stops before any new effect", identity=where,
+                "stops here, before this call or any later one is sent", identity=where,
                 committed_digest=begin.slot.digest, digest=request.digest)
         if begin.repeat is not None:
             raise repeat_denied(request, begin.repeat)

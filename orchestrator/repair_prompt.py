@@ -52,6 +52,8 @@ def answer_request(relocation: str) -> str:
 
 
 def round_line(number: int, rounds: int) -> str:
+    if number > rounds:  # the last round's feedback: kept for the record, never asked
+        return f"No round left ({rounds} in all)."
     return f"Round {number} of {rounds}."
 
 

@@ -416,8 +416,9 @@ class Session:
             what = "capability" if slot.capability != call.capability else "payload"
             self.latch(ReplayDivergence(
                 f"{call.identity} is committed with another {what} (line {slot.line}) and "
-                "cannot change; the run stops before any new effect. Keep the committed "
-                "payload, or add a new call for new work", identity=str(call.identity),
+                "cannot change; the run stops here, before this call or any later one is "
+                "sent. Keep the committed payload, or add a new call for new work",
+                identity=str(call.identity),
                 committed_digest=slot.digest, digest=call.digest, line=slot.line),
                 decided=True)
             return None

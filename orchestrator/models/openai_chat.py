@@ -205,7 +205,7 @@ class OpenAIChatBackend:
                 status, headers, raw = self._post(url, self._body(messages), purpose,
                                                   timeout)
         except (httpx.TimeoutException, _Overran):
-            return _Transient("timeout", f"no answer within {timeout:g} s")
+            return _Transient("timeout", f"no answer within {timeout:.3g} s")
         except httpx.ConnectError as exc:
             return _Transient("connect", f"could not connect ({type(exc).__name__})")
         except httpx.TransportError as exc:
@@ -304,7 +304,7 @@ class OpenAIChatBackend:
             return ConfigError(
                 f"the model endpoint {self.base_url} refused the credentials (HTTP {status}: "
                 f"{detail}); set REVISE_MODEL_API_KEY to a key that may use model "
-                f"{self.model}", status=status)
+                f"{self.model}", status=status, setting="REVISE_MODEL_API_KEY")
         if status == 429:  # out of quota: a rate limit is retried before it gets here
             return ConfigError(
                 f"the model endpoint {self.base_url} says the account is out of quota "
@@ -315,7 +315,8 @@ class OpenAIChatBackend:
             return ConfigError(
                 f"the model endpoint {self.base_url} does not serve model {self.model!r} "
                 f"(HTTP 404: {detail}); check --model / REVISE_MODEL_NAME and that "
-                "REVISE_MODEL_BASE_URL ends with the API prefix (e.g. /v1)", status=status)
+                "REVISE_MODEL_BASE_URL ends with the API prefix (e.g. /v1)", status=status,
+                setting="REVISE_MODEL_NAME")
         return ModelEndpointError(f"the model endpoint rejected the request (HTTP {status}: "
                                   f"{detail}); the prompt may be too long for {self.model}",
                                   status=status, reason="rejected")
