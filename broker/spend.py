@@ -232,17 +232,21 @@ class Spender:
                 verdict = charge_of(exc, terms)
                 limited = verdict.charge is Charge.RATE_LIMITED
                 maybe = verdict.charge is Charge.MAYBE
+                if verdict.wait_seconds > 0:  # a 429, or a 503 saying when to come back:
+                    # the whole process pauses, whether this call asks again or not
+                    self.gate.cool_down(capability.provider,
+                                        min(verdict.wait_seconds, COOL_DOWN_CEILING))
                 again = round_ < retries and (
                     (limited and verdict.wait_seconds <= RATE_LIMIT_WAIT_CAP)
                     or (maybe and terms.honours_idempotency_key))
                 if not again:  # a free answer after a maybe-charged one stays maybe charged
-                    raise _Refused(exc, None if maybe else earlier) from None
+                    raise _Refused(_waited_for(exc, verdict.wait_seconds, round_) if limited
+                                   else exc, None if maybe else earlier) from None
                 earlier = earlier or (exc if maybe else None)
                 log.warning("%s at %s in run %s (%s); asking again with the same "
                             "idempotency key", verdict.charge, attempt.identity,
                             attempt.run_id, exc.message)
                 if limited:
-                    self.gate.cool_down(capability.provider, verdict.wait_seconds)
                     self.gate.wait(capability.provider)
                 else:
                     time.sleep(min(max(0.2 * 2 ** round_, verdict.wait_seconds),
@@ -258,6 +262,23 @@ class Spender:
                     "it may have completed. Resolve it with `revise reconcile`",
                     identity=str(attempt.identity), attempt_id=attempt.id) from None
         raise AssertionError("unreachable")
+
+
+# The longest pause a provider's Retry-After imposes on a whole process (an answer asking
+# for hours would hold every call to that provider for as long).
+COOL_DOWN_CEILING = 300.0
+
+
+def _waited_for(exc: CapabilityError, wait: float, round_: int) -> CapabilityError:
+    """A rate limit that ends the call, saying what the provider asked for."""
+    if wait > RATE_LIMIT_WAIT_CAP:
+        why = (f"the provider asked to wait {wait:.0f} s (Retry-After), more than the "
+               f"{RATE_LIMIT_WAIT_CAP:.0f} s a call waits; its other requests from this "
+               "process wait it out; try later, or lower REVISE_PROVIDER_CONCURRENCY")
+    else:
+        why = (f"still rate limited after {round_ + 1} tries (REVISE_UNKNOWN_OUTCOME_RETRIES)"
+               "; lower REVISE_PROVIDER_CONCURRENCY to stay within the provider's limit")
+    return CapabilityError(f"{exc.message}; {why}", **exc.fields)
 
 
 class _Refused(Exception):

@@ -341,6 +341,39 @@ def test_a_rate_limit_holds_back_every_request_of_the_process(make_harness) -> N
         assert len(held_back) == 3 and all(r.at >= limited.at + 1.9 for r in held_back)
 
 
+TWO_CAUGHT = _s('''
+    async def orchestrate(ctx, args):
+        out = []
+        for prompt in ["first", "second"]:
+            try:
+                out.append((await ctx.run("image.generate", {"prompt": prompt}))["artifact"])
+            except CapabilityError as e:
+                out.append(e.message)
+        return out
+''')
+
+
+@pytest.mark.parametrize("why", ["retries used up", "a wait past the cap"])
+def test_a_rate_limit_that_ends_a_call_still_holds_back_the_next_request(
+        make_harness, monkeypatch, why) -> None:
+    """The call the provider rate-limited fails (its retries are used up, or the wait it
+    asks for is longer than a call waits): the next request of the process still waits
+    what the provider asked for, and the failure says what that was."""
+    if why == "a wait past the cap":
+        monkeypatch.setattr("broker.spend.RATE_LIMIT_WAIT_CAP", 1.0)
+    with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
+        server.queue(IMAGES, rate_limited(2))
+        harness = _harness(make_harness, server, unknown_outcome_retries=0)
+        report = _run(harness, TWO_CAUGHT)
+        assert report["status"] == "succeeded", report["error"]
+        failed, image = report["result"]
+        assert isinstance(image, dict) and image["id"].startswith("sha256:")
+        assert ("asked to wait 2 s" if why == "a wait past the cap"
+                else "still rate limited after 1 tries") in failed
+        limited, second = server.requests_to(IMAGES)
+        assert second.at >= limited.at + 1.9 and server.charged() == 1
+
+
 def test_a_refused_request_is_free_and_may_be_asked_again(make_harness) -> None:
     with FakeOpenAIServer(api_key=FAKE_API_KEY) as server:
         server.queue(IMAGES, reject(400, "the prompt was refused"))
