@@ -154,23 +154,43 @@ def lose_revision(store: RunStore, run_id: str, revision: int, reason: str, *,
     return True
 
 
-def _open_attempt(store: RunStore, run_id: str, identity: Identity) -> AttemptRecord:
+def _open_attempt(store: RunStore, run_id: str, identity: Identity,
+                  attempt_id: int | None = None) -> AttemptRecord:
+    """``attempt_id``'s attempt at ``identity``, else the latest open one there: a repair
+    may have asked another request at this identity since (a changed payload is not held
+    up by an uncertain attempt of the old one), so more than one may be open."""
     attempts = [a for a in store.list_attempts(run_id) if a.identity == identity]
     if not attempts:
         raise InputError(f"run {run_id!r} has no attempt at {identity}; "
                          "`revise attempts --unresolved` lists the open ones")
-    # The latest open one: a repair may have asked another request at this identity
-    # since (a changed payload is not held up by an uncertain attempt of the old one).
-    open_ = [a for a in attempts if a.status in RECONCILABLE_ATTEMPT_STATUSES]
+    open_ = [a for a in attempts if a.status in RECONCILABLE_ATTEMPT_STATUSES
+             and attempt_id in (None, a.id)]
     if not open_:
-        raise InputError(f"no attempt at {identity} is open (the latest is "
-                         f"{attempts[-1].status}); there is nothing to reconcile")
+        which = "the latest" if attempt_id is None else f"attempt id {attempt_id}"
+        last = attempts[-1] if attempt_id is None else next(
+            (a for a in attempts if a.id == attempt_id), None)
+        raise InputError(f"no attempt at {identity} is open ({which} is "
+                         f"{last.status if last else 'not there'}); there is nothing to "
+                         "reconcile")
     attempt = open_[-1]
     if attempt.status is AttemptStatus.PENDING and owner_alive(attempt.owner) is not False:
         raise InputError(f"the attempt at {identity} is still pending and its owner "
                          f"{attempt.owner} may be running; wait for the reconciler to mark it "
                          "unresolved (lease expiry) before deciding")
     return attempt
+
+
+def _later_request(store: RunStore, attempt: AttemptRecord) -> str | None:
+    """What asked another request (payload) at ``attempt``'s identity since: a slot
+    committed there or a later attempt, which a result written back for ``attempt`` would
+    contradict; or None."""
+    committed = store.get_slot(attempt.run_id, attempt.identity)
+    if committed is not None and committed.digest != attempt.digest:
+        return f"the one revision {committed.revision} committed"
+    later = [a for a in store.list_attempts(attempt.run_id)
+             if a.identity == attempt.identity and a.number > attempt.number
+             and a.digest != attempt.digest]
+    return f"attempt #{later[-1].number}" if later else None
 
 
 def _call_facts(store: RunStore, attempt: AttemptRecord) -> tuple[str, str, int | None]:
@@ -284,7 +304,12 @@ def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
                         attempt.number, attempt.identity, exc.message)
             continue
         decision: dict[str, Any] = {}
-        if found.state == "completed" and found.answer is not None:
+        later = _later_request(store, attempt)
+        if found.state == "completed" and later is not None:
+            decision = {"reason": "the provider's lookup by idempotency key says it did "
+                        f"this request's work, but {later} asked another request at this "
+                        "identity since: its result is not used; it stays counted as paid"}
+        elif found.state == "completed" and found.answer is not None:
             decision = {"result": found.answer.result, "artifacts": artifacts,
                         "reason": "the provider's lookup by idempotency key returned the "
                         "result it kept"}
@@ -295,7 +320,7 @@ def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
             continue  # still in progress: the next sweep asks again
         try:
             decided.append(reconcile_attempt(store, attempt.run_id, attempt.identity,
-                                             operator=by, **decision))
+                                             operator=by, attempt_id=attempt.id, **decision))
         except ReviseError as exc:  # decided meanwhile, or its result does not fit
             log.warning("attempt #%s at %s stays open: %s", attempt.number,
                         attempt.identity, exc.message)
@@ -334,8 +359,10 @@ def _sent_only(log_path: Path, ident: Identity, run_id: str, line: dict[str, Any
 def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
                       result: Any = _UNSET, operator: str, reason: str,
                       artifacts: ArtifactStore | None = None,
-                      imports: Sequence[Imported] = ()) -> dict[str, Any]:
-    """Resolve the open attempt at ``identity``: with ``result`` write it back, else abandon.
+                      imports: Sequence[Imported] = (),
+                      attempt_id: int | None = None) -> dict[str, Any]:
+    """Resolve the open attempt at ``identity`` (``attempt_id``'s, else the latest open
+    one): with ``result`` write it back, else abandon.
 
     Operator entry points (the CLI, the admin task) pass ``artifacts``: the result is then
     checked against the capability's result shape and the artifact store, ``imports``
@@ -344,7 +371,7 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
         raise InputError("a reconcile decision needs --operator NAME and --reason TEXT "
                          "(both are recorded)")
     ident = identity if isinstance(identity, Identity) else Identity.parse(identity)
-    attempt = _open_attempt(store, run_id, ident)
+    attempt = _open_attempt(store, run_id, ident, attempt_id)
 
     def event_of(decided: AttemptRecord) -> tuple[str, str, dict[str, Any]]:
         decision = decided.status.value
@@ -360,12 +387,12 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
         if artifacts is not None:
             check_write_back(attempt.capability, result, artifacts, imports)
         price = CATALOG[attempt.capability].unit_price if attempt.capability in CATALOG else 0
-        committed = store.get_slot(run_id, ident)
-        if committed is not None:
+        later = _later_request(store, attempt)
+        if later is not None:
             raise InputError(
-                f"attempt #{attempt.number} at {ident} asked another request than the one "
-                f"revision {committed.revision} committed there since, so its result can "
-                "never be replayed. Abandon it (--abandon): it stays counted as paid")
+                f"attempt #{attempt.number} at {ident} asked another request than {later} "
+                "there since, so its result can never be replayed. Abandon it (--abandon): "
+                "it stays counted as paid")
         fingerprint, chain, line = _call_facts(store, attempt)
         _fits_its_site(store, attempt, fingerprint)
         slot = SlotRecord(run_id=run_id, identity=ident, capability=attempt.capability,

@@ -311,3 +311,28 @@ def test_an_uncertain_attempt_a_changed_request_went_past_can_still_be_settled(
         assert [a.status for a in store.list_attempts("r7")] == [
             AttemptStatus.ABANDONED, AttemptStatus.SUCCEEDED]
         assert _run(harness, ONE_SHOT_TALLER, "r7")["calls"]["replayed"] == 1
+
+
+def test_the_sweep_settles_the_attempt_it_asked_about(make_harness) -> None:
+    """Two maybe-charged attempts at one identity, of two requests (a repair changed the
+    payload). The sweep asks the provider about each by its own key: the later one's
+    result is committed, the earlier one is abandoned (its work is not used; counted as
+    paid). Before, the first lookup wrote the old picture under the new request."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        harness = _harness(make_harness, server)
+        server.queue(IMAGES, charge_then_error(500))
+        assert _run(harness, ONE_SHOT, "r8")["status"] == "failed"
+        server.queue(IMAGES, charge_then_error(500))
+        assert _run(harness, ONE_SHOT_TALLER, "r8")["status"] == "failed"
+        store = harness.services.store
+        old, new = store.list_attempts("r8")
+        decided = resolve_by_lookup(store, harness.services.provider,
+                                    harness.services.artifacts)
+        assert sorted((d["attempt_id"], d["decision"]) for d in decided) == [
+            (old.id, "abandoned"), (new.id, "resolved")]
+        slot = store.get_slot("r8", new.identity)
+        assert slot is not None and slot.digest == new.digest
+        again = _run(harness, ONE_SHOT_TALLER, "r8")
+        assert again["status"] == "succeeded", again["error"]
+        assert (again["calls"]["replayed"], again["calls"]["executed"]) == (1, 0)
+        assert again["result"] == slot.result["artifact"]["id"] and server.charged() == 2
