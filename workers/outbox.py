@@ -65,14 +65,22 @@ def resend_lost_dispatches(ctx: Any, app: Any, *, now: float | None = None
     now = time.time() if now is None else now
     redis, prefix = ctx.broker_redis, app.routing.prefix
     index, _ = _keys(prefix)
-    due = [i.decode() if isinstance(i, bytes) else str(i) for i in redis.zrangebyscore(
-        index, "-inf", now - ctx.settings.requeue_after_seconds, start=0, num=_BATCH)]
+    due = redis.zrangebyscore(index, "-inf", now - ctx.settings.requeue_after_seconds,
+                              start=0, num=_BATCH)
     done: dict[str, list[str]] = {"resent": [], "given_up": []}
     held: set[str] | None = None
     queue = app.routing.queue("dispatch")
-    for job_id in due:
-        entry = _entry(redis, prefix, job_id)
-        if entry is None or _taken(ctx, app, job_id):
+    for member in due:
+        job_id = _job_id(member)
+        entry = None if job_id is None else _entry(redis, prefix, job_id)
+        if job_id is None or entry is None:
+            with redis.pipeline(transaction=True) as pipe:  # hostile or gone: dropped
+                pipe.zrem(index, member)
+                if job_id is not None:
+                    pipe.delete(_keys(prefix, job_id)[1])
+                pipe.execute()
+            continue
+        if _taken(ctx, app, job_id):
             forget(redis, prefix, job_id)
             continue
         if held is None:
@@ -99,12 +107,24 @@ def resend_lost_dispatches(ctx: Any, app: Any, *, now: float | None = None
     return done
 
 
+def _job_id(member: bytes | str) -> str | None:
+    """A member of the index as a job id, or None when it cannot be one (hostile)."""
+    try:
+        job_id = member.decode() if isinstance(member, bytes) else str(member)
+        return check_task_id(job_id, "kept dispatch job")
+    except (UnicodeDecodeError, InvalidMessage):
+        log.warning("dropped a kept dispatch message under %r, which is no job id",
+                    member[:80])
+        return None
+
+
 def _entry(redis: Any, prefix: str, job_id: str) -> dict[str, Any] | None:
     """The kept message of ``job_id``, or None when it is gone, too large or not a
     dispatch message of that job id (hostile: dropped)."""
     _, key = _keys(prefix, job_id)
     try:
-        check_task_id(job_id, "kept dispatch job")
+        if redis.type(key) not in (b"string", "string"):
+            return None
         size = redis.strlen(key)
         if not 0 < size <= MAX_BYTES:
             return None
@@ -113,7 +133,7 @@ def _entry(redis: Any, prefix: str, job_id: str) -> dict[str, Any] | None:
             return None
         parse_message(DispatchJob, entry.get("job"), "kept dispatch job")
         return entry if entry["job"].get("job_id") == job_id else None
-    except (InvalidMessage, ValueError):
+    except (InvalidMessage, ValueError):  # UnicodeDecodeError too
         log.warning("dropped a kept dispatch message for %r that is not one", job_id[:80])
         return None
 

@@ -16,6 +16,7 @@ put in the named state ``blocked: unresolved attempt at <identity>``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from orchestrator.reconcile import resolve_by_lookup, sweep, sweep_revisions
@@ -36,13 +37,12 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
         log.warning("run %s: attempt #%s at %s is unresolved (owner %s); an operator must "
                     "reconcile it", attempt.run_id, attempt.number, attempt.identity,
                     attempt.owner)
-    try:
-        dispatches = resend_lost_dispatches(ctx, app)
-        jobs = requeue_lost_jobs(ctx, app)
-        resumed = resume_lost_jobs(ctx, app)
-    except Exception as exc:  # Redis away: the revisions are still swept (store only)
-        log.warning("could not look for lost job messages: %s", exc)
-        dispatches, jobs, resumed = {"resent": []}, {"requeued": [], "lost": []}, []
+    # Each on its own: one that fails (Redis away, or a hostile entry in it) keeps none
+    # of the others from running; the revisions are swept in any case (store only).
+    dispatches = _step("lost dispatch messages", resend_lost_dispatches, ctx,
+                       {"resent": [], "given_up": []})
+    jobs = _step("lost job messages", requeue_lost_jobs, ctx, {"requeued": [], "lost": []})
+    resumed = _step("jobs whose sandbox worker is gone", resume_lost_jobs, ctx, [])
     resolved = []
     if ctx.settings.provider_lookup_path:  # the provider can be asked: ask, never guess
         resolved = resolve_by_lookup(ctx.store, ctx.provider, ctx.artifacts)
@@ -62,6 +62,14 @@ def sweep_attempts(self: ReviseTask) -> dict[str, Any]:
             "resolved_by_lookup": [{"run_id": d["run_id"], "identity": d["identity"],
                                     "decision": d["decision"]} for d in resolved],
             "parked_woken": woken, "containers_removed": removed}
+
+
+def _step(what: str, step: Callable[..., Any], ctx: Any, none: Any) -> Any:
+    try:
+        return step(ctx, app)
+    except Exception as exc:
+        log.warning("could not look for %s: %s", what, exc)
+        return none
 
 
 def _remove_stale_containers() -> list[str]:

@@ -50,8 +50,10 @@ def test_a_dispatch_message_lost_as_a_dispatcher_took_it_is_sent_again(make_stac
 
 def test_kept_messages_are_checked_and_forgotten_once_taken(make_stack) -> None:
     """Anyone who can write to Redis can write a kept message: one that is not a dispatch
-    message of its job id, or too large, is dropped unsent; one a dispatcher took is
-    forgotten; one past the limit of resends is given up."""
+    message of its job id (not JSON, not a string, under a name that is no job id or not
+    even text), or too large, is dropped unsent, and the good one is still sent (before,
+    one such entry raised at every sweep, which then also skipped requeueing lost jobs);
+    one a dispatcher took is forgotten; one past the limit of resends is given up."""
     stack = make_stack()
     redis, prefix, app = stack.context.broker_redis, stack.prefix, stack.client.app
     ctx = SimpleNamespace(broker_redis=redis, store=stack.store,
@@ -63,7 +65,9 @@ def test_kept_messages_are_checked_and_forgotten_once_taken(make_stack) -> None:
     keep(redis, prefix, "b" * 32, {**good, "job_id": "c" * 32})  # another job's message
     keep(redis, prefix, "d" * 32, {**good, "job_id": "d" * 32, "run_id": "../etc"})
     redis.set(f"{prefix}revise-outbox:{'e' * 32}", "{not json", ex=KEEP_SECONDS)
-    redis.zadd(f"{prefix}revise-outbox", {"e" * 32: 0, "f" * 32: 0, "x/../y": 0})
+    redis.hset(f"{prefix}revise-outbox:{'g' * 32}", "x", "y")  # not a string at all
+    redis.zadd(f"{prefix}revise-outbox", {"e" * 32: 0, "f" * 32: 0, "x/../y": 0,
+                                          "g" * 32: 0, b"\xff\xfe": 0})
     later = 2e9
     assert resend_lost_dispatches(ctx, app, now=later) == {"resent": ["a" * 32],
                                                            "given_up": []}
