@@ -92,9 +92,7 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
             begin = None if refusal is None else Begin(over_budget=refusal)
         if begin is None:
             begin = Begin(claimed=True, attempt=_insert_attempt_txn(
-                conn, run_id, revision, owner, claim,
-                request_key(token, claim.capability, claim.digest,
-                            None if claim.check_ledger else claim.identity),
+                conn, run_id, revision, owner, claim, _key_of(token, claim, facts),
                 0 if facts.latest_id is None else facts.latest_number + 1))
             calls, cost = calls + 1, cost + price_of(claim.capability)
         decisions.append(begin)
@@ -102,6 +100,16 @@ def begin_calls_txn(conn: Connection, run_id: str, revision: int, owner: str,
            for d, c in zip(decisions, claims, strict=True)):
         raise WaveRefused([Begin() if d.claimed else d for d in decisions])
     return decisions
+
+
+def _key_of(token: str, claim: CallClaim, facts: Any) -> str:
+    """The request's idempotency key: the one its identity asked it under before, whatever
+    the ledger policy says now (a retry after an unknown outcome must be deduplicated by
+    a provider that honours keys); else ``request_key``'s."""
+    if facts.latest_digest == claim.digest and facts.latest_idempotency_key:
+        return str(facts.latest_idempotency_key)
+    return request_key(token, claim.capability, claim.digest,
+                       None if claim.check_ledger else claim.identity)
 
 
 def _decided_txn(conn: Connection, run_id: str, revision: int, claim: CallClaim,

@@ -78,7 +78,8 @@ def _call_facts(paid_statuses: list[str]) -> Any:
     request in one of ``paid_statuses`` (``paid_<column>``), each NULL when none. The rare
     decisions read their whole row by id."""
     latest = LATEST_ATTEMPT.with_only_columns(
-        attempts.c.id, attempts.c.number, attempts.c.status).subquery("latest")
+        attempts.c.id, attempts.c.number, attempts.c.status, attempts.c.digest,
+        attempts.c.idempotency_key).subquery("latest")
     slot = SLOT_OR_PAID.with_only_columns(
         slots.c.id, case((_at(slots), True), else_=False).label("here")).subquery("slot")
     paid = (select(attempts.c.site, attempts.c.path, attempts.c.occurrence,

@@ -341,6 +341,22 @@ def test_a_rate_limit_holds_back_every_request_of_the_process(make_harness) -> N
         assert len(held_back) == 3 and all(r.at >= limited.at + 1.9 for r in held_back)
 
 
+@pytest.mark.parametrize("policy", ["warn", "off"])
+def test_a_retry_keeps_its_key_when_the_ledger_policy_changed(make_harness, policy) -> None:
+    """A charged 5xx under the default policy, the same request asked again at the same
+    identity by a revision under warn or off: the key is the one the identity asked it
+    under, so a provider that honours keys answers with the work it did (charged once)."""
+    with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
+        harness = _harness(make_harness, server, honours=True, unknown_outcome_retries=0)
+        server.queue(IMAGES, charge_then_error(500))
+        first = _run(harness, ONE)
+        assert first["status"] == "failed" and first["error"]["charged"] == "maybe"
+        again = harness.pipeline.run("run-1", ONE, {}, Envelope(ledger_policy=policy)).to_json()
+        assert again["status"] == "succeeded", again["error"]
+        keys = [r.headers["idempotency-key"] for r in server.requests_to(IMAGES)]
+        assert len(keys) == 2 and keys[0] == keys[1] and server.charged() == 1
+
+
 TWO_CAUGHT = _s('''
     async def orchestrate(ctx, args):
         out = []
