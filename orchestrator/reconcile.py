@@ -180,17 +180,26 @@ def _open_attempt(store: RunStore, run_id: str, identity: Identity,
     return attempt
 
 
-def _later_request(store: RunStore, attempt: AttemptRecord) -> str | None:
-    """What asked another request (payload) at ``attempt``'s identity since: a slot
-    committed there or a later attempt, which a result written back for ``attempt`` would
-    contradict; or None."""
+def _unusable(store: RunStore, attempt: AttemptRecord) -> str | None:
+    """Why a result written back for ``attempt`` could never be replayed, or None: the run
+    asked another request (payload) at its identity since (committed there, or a later
+    attempt), or changed the call at its site and committed the changed one (every call
+    stored under one name is one call expression: written back, it would stop every later
+    submit)."""
     committed = store.get_slot(attempt.run_id, attempt.identity)
     if committed is not None and committed.digest != attempt.digest:
-        return f"the one revision {committed.revision} committed"
+        return f"revision {committed.revision} committed another request at its identity"
     later = [a for a in store.list_attempts(attempt.run_id)
              if a.identity == attempt.identity and a.number > attempt.number
              and a.digest != attempt.digest]
-    return f"attempt #{later[-1].number}" if later else None
+    if later:
+        return f"attempt #{later[-1].number} asked another request at its identity since"
+    for slot in store.list_slots(attempt.run_id):
+        if attempt.fingerprint and slot.identity.site == attempt.identity.site and (
+                slot.capability, slot.fingerprint) != (attempt.capability, attempt.fingerprint):
+            return (f"the run no longer makes its call: revision {slot.revision} changed the "
+                    f"call at {attempt.identity.site} and committed it (line {slot.line})")
+    return None
 
 
 def _call_facts(store: RunStore, attempt: AttemptRecord) -> tuple[str, str, int | None]:
@@ -213,22 +222,6 @@ def _call_facts(store: RunStore, attempt: AttemptRecord) -> tuple[str, str, int 
                      "run store kept its call expression, and nothing is committed at site "
                      f"{attempt.identity.site} to take it from; its result cannot be written "
                      "back (abandon it instead)")
-
-
-def _fits_its_site(store: RunStore, attempt: AttemptRecord, fingerprint: str) -> None:
-    """Every call committed under one storage name is one call expression (the gate's
-    frozen prefix). A later revision may have changed the call there before anything was
-    committed, and committed the changed one: the attempt's result is then for a call the
-    run no longer makes, and written back it would stop every later submit."""
-    for slot in store.list_slots(attempt.run_id):
-        if slot.identity.site == attempt.identity.site and (
-                slot.capability, slot.fingerprint) != (attempt.capability, fingerprint):
-            raise InputError(
-                f"attempt #{attempt.number} at {attempt.identity} is for a call the run no "
-                f"longer makes: revision {slot.revision} changed the call at "
-                f"{attempt.identity.site} and committed it (line {slot.line}), so its result "
-                "can never be replayed. Abandon it (--abandon); the run's changed call there "
-                "is another request either way")
 
 
 def result_from_log(store: RunStore, log_path: Path, run_id: str,
@@ -304,11 +297,11 @@ def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
                         attempt.number, attempt.identity, exc.message)
             continue
         decision: dict[str, Any] = {}
-        later = _later_request(store, attempt)
-        if found.state == "completed" and later is not None:
+        unusable = _unusable(store, attempt)
+        if found.state == "completed" and unusable is not None:
             decision = {"reason": "the provider's lookup by idempotency key says it did "
-                        f"this request's work, but {later} asked another request at this "
-                        "identity since: its result is not used; it stays counted as paid"}
+                        f"this request's work, but {unusable}: its result is not used; it "
+                        "stays counted as paid"}
         elif found.state == "completed" and found.answer is not None:
             decision = {"result": found.answer.result, "artifacts": artifacts,
                         "reason": "the provider's lookup by idempotency key returned the "
@@ -387,14 +380,13 @@ def reconcile_attempt(store: RunStore, run_id: str, identity: Identity | str, *,
         if artifacts is not None:
             check_write_back(attempt.capability, result, artifacts, imports)
         price = CATALOG[attempt.capability].unit_price if attempt.capability in CATALOG else 0
-        later = _later_request(store, attempt)
-        if later is not None:
+        unusable = _unusable(store, attempt)
+        if unusable is not None:
             raise InputError(
-                f"attempt #{attempt.number} at {ident} asked another request than {later} "
-                "there since, so its result can never be replayed. Abandon it (--abandon): "
-                "it stays counted as paid")
+                f"attempt #{attempt.number} at {ident} cannot be written back: {unusable}, "
+                "so its result could never be replayed. Abandon it (--abandon): it stays "
+                "counted as paid")
         fingerprint, chain, line = _call_facts(store, attempt)
-        _fits_its_site(store, attempt, fingerprint)
         slot = SlotRecord(run_id=run_id, identity=ident, capability=attempt.capability,
                           digest=attempt.digest, fingerprint=fingerprint, result=result,
                           usage={"reconciled": True}, cost=price, revision=attempt.revision,

@@ -260,7 +260,8 @@ ONE_TRY_SIZED = TWO_TRIES.replace('{"prompt": p}', '{"prompt": p, "size": "512x5
 def test_a_write_back_for_a_call_the_run_has_since_changed_is_refused(make_harness,
                                                                       how) -> None:
     """Written back, the old call's result would disagree with the changed call committed
-    under the same name, and every later submit would stop with PrefixConflict."""
+    under the same name, and every later submit would stop with PrefixConflict: the
+    operator is told to abandon it, the lookup sweep abandons it (counted as paid)."""
     with FakeOpenAIServer(api_key=FAKE_API_KEY, idempotency="honour") as server:
         harness = _harness(make_harness, server)
         server.queue(IMAGES, reject(400), charge_then_error(500))
@@ -271,13 +272,14 @@ def test_a_write_back_for_a_call_the_run_has_since_changed_is_refused(make_harne
         store = harness.services.store
         assert store.get_slot("r6", Identity.parse("orchestrate/for0/try0/#0@:0"))
         if how == "operator":
-            with pytest.raises(InputError, match="no longer makes"):
+            with pytest.raises(InputError, match="the run no longer makes its call"):
                 _operator_writes_back(harness, "r6", attempt)
-        else:
-            assert resolve_by_lookup(store, harness.services.provider,
-                                     harness.services.artifacts) == []
+            assert _uncertain(harness, "r6").id == attempt.id
+        else:  # the provider did the work, but its result is of no use: abandoned, paid
+            (decided,) = resolve_by_lookup(store, harness.services.provider,
+                                           harness.services.artifacts)
+            assert (decided["attempt_id"], decided["decision"]) == (attempt.id, "abandoned")
         assert store.get_slot("r6", attempt.identity) is None
-        assert _uncertain(harness, "r6").id == attempt.id
 
 
 ONE_SHOT = _s('''
@@ -302,7 +304,7 @@ def test_an_uncertain_attempt_a_changed_request_went_past_can_still_be_settled(
         attempt = _uncertain(harness, "r7")
         assert _run(harness, ONE_SHOT_TALLER, "r7")["status"] == "succeeded"
         assert _uncertain(harness, "r7").id == attempt.id
-        with pytest.raises(InputError, match="another request"):
+        with pytest.raises(InputError, match="committed another request at its identity"):
             _operator_writes_back(harness, "r7", attempt)
         decided = reconcile_attempt(harness.services.store, "r7", str(attempt.identity),
                                     operator="ana", reason="the old size is not used")
