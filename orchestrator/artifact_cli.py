@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from broker.errors import InputError
-from orchestrator.cli_common import JsonFlag, emit, guard
+from orchestrator.cli_common import JsonFlag, emit, guard, write_to
 
 if TYPE_CHECKING:
     from broker.settings import Settings
@@ -49,25 +48,15 @@ def fetch_to(settings: Settings, artifact: str, target: Path) -> dict[str, objec
         try:
             with os.fdopen(fd, "wb") as handle:
                 for chunk in chunks:
-                    _written(target, handle.write, chunk)
+                    write_to(target, "-o FILE", handle.write, chunk)
                     size += len(chunk)
-            _written(target, os.replace, tmp, target)
+            write_to(target, "-o FILE", os.replace, tmp, target)
         finally:
             Path(tmp).unlink(missing_ok=True)
     finally:
         if store is not None:
             store.close()
     return {"artifact": artifact, "bytes": size, "out": str(target), "store": artifacts.where}
-
-
-def _written(target: Path, write: Callable[..., object], *args: Any) -> None:
-    """``write(*args)``; its OSError (FILE is a directory, the disk is full) is one error
-    naming FILE. Only the writes are wrapped: a store that fails to read says so itself."""
-    try:
-        write(*args)
-    except OSError as exc:
-        raise InputError(f"cannot write {target}: {exc.strerror}; pass a writable -o FILE",
-                         file=str(target)) from None
 
 
 @artifact_app.command("get")

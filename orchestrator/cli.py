@@ -28,6 +28,7 @@ from orchestrator.cli_common import (
     read_bounded,
     read_result,
     read_script,
+    write_to,
 )
 
 # Plain help (rich_markup_mode=None): rendering it with rich took longer than the rest of
@@ -224,17 +225,10 @@ def report_cmd(
     finally:
         services.close()
     if html is not None:
-        _write_page(html, render_html(view))
+        write_to(html, "--html FILE", html.write_text, render_html(view), "utf-8",
+                 what="the report to ")
     emit(as_json, view, lambda c: c.print(f"wrote {html}") if html is not None
          else render.show(c, view))
-
-
-def _write_page(path: Path, page: str) -> None:
-    try:
-        path.write_text(page, encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"cannot write the report to {path}: {exc.strerror}; pass a "
-                         "writable --html FILE", file=str(path)) from None
 
 
 @app.command("certificate")

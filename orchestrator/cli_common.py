@@ -127,6 +127,18 @@ def read_bounded(path: Path, what: str, limit: int, fix: str) -> bytes:
                      file=str(path), limit=limit)
 
 
+def write_to(path: Path, option: str, write: Callable[..., object], *args: Any,
+             what: str = "") -> None:
+    """``write(*args)``, a write to ``path`` that ``option`` named; its OSError (a
+    directory, a missing folder, a full disk) is one error naming the file and the fix.
+    ``what``: what is written, as the message says it ("the report to ")."""
+    try:
+        write(*args)
+    except OSError as exc:
+        raise InputError(f"cannot write {what}{path}: {exc.strerror}; pass a writable "
+                         f"{option}", file=str(path)) from None
+
+
 # A result an operator writes back (`revise reconcile --result`): a provider answer's JSON,
 # which points at its artifacts rather than holding their bytes.
 MAX_RESULT_FILE_BYTES = 8 << 20
