@@ -46,7 +46,7 @@ def calls_dropped(calls: int, required: int, dropped_lines: Iterable[int], *,
     lines = sorted(dropped_lines)
     if counted == "calls":
         each = [f"{_at_most(s.calls)} {s.capability} {_calls(s.calls)} where the failed "
-                f"script can make {s.required}{_lines(sorted({c.line for c in s.expressions}))}"
+                f"script can make {s.required}{failed_lines(s.lines)}"
                 for s in short]
         what = "; ".join(each) or (f"{_at_most(calls)} capability {_calls(calls)} where the "
                                    f"failed script can make {required}")
@@ -55,7 +55,7 @@ def calls_dropped(calls: int, required: int, dropped_lines: Iterable[int], *,
                             calls=calls, required_calls=required, dropped_lines=lines,
                             counted=counted, short=[s.to_json() for s in short])
     return CallsDropped(f"the candidate has {calls} capability call expression(s) where the "
-                        f"failed script has {required}{_lines(lines)}; keep every call the "
+                        f"failed script has {required}{failed_lines(lines)}; keep every call the "
                         "run still needs", calls=calls, required_calls=required,
                         dropped_lines=lines, counted=counted)
 
@@ -68,7 +68,8 @@ def _calls(n: int) -> str:
     return "call" if n == 1 else "calls"
 
 
-def _lines(lines: Sequence[int]) -> str:
+def failed_lines(lines: Sequence[int]) -> str:
+    """" (lines 3, 4 of the failed script)", or "" for none."""
     if not lines:
         return ""
     return (f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} "

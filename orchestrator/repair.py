@@ -66,11 +66,7 @@ def judge(output: str, context: RepairContext, *, attempt: int,
           capabilities: frozenset[str], rounds: int = 1) -> AttemptFeedback:
     """Run every stage that can run on the model's answer and collect all refusals."""
     script = extract_script(output, failed=context.failed.source_text)
-    required = context.required_at_most
-    base = AttemptFeedback(attempt=attempt, accepted=False,
-                           counted="call expressions" if required is None else "calls",
-                           required_calls=context.required_calls if required is None
-                           else required)
+    base = _unjudged(context, attempt)
     if not script:
         return _refused(context, base, ("extract",), candidate=None, rounds=rounds,
                         refusals=(no_script(),))
@@ -101,6 +97,15 @@ def judge(output: str, context: RepairContext, *, attempt: int,
         return _refused(context, base, tuple(refused), candidate=text, violations=errors,
                         counterexamples=counterexamples, rounds=rounds)
     return replace(base, accepted=True, candidate=text, violations=report.violations)
+
+
+def _unjudged(context: RepairContext, attempt: int) -> AttemptFeedback:
+    """A round before any stage judged it: what the call-count guard will require."""
+    required = context.required_at_most
+    return AttemptFeedback(attempt=attempt, accepted=False,
+                           counted="call expressions" if required is None else "calls",
+                           required_calls=context.required_calls if required is None
+                           else required)
 
 
 # ---- the call-count guard ------------------------------------------------------------------
@@ -186,7 +191,7 @@ def _refused(context: RepairContext, base: AttemptFeedback, refused_by: tuple[st
     """``refusals``: the typed errors of the stages that refused, when they are not the
     checker's, the gate's and the call-count guard's (made here from what they found; the
     guard's count is in ``base``)."""
-    lines = (sorted({c.line for s in base.short for c in s.expressions})
+    lines = (sorted({line for s in base.short for line in s.lines})
              if base.counted == "calls" else [c.line for c in base.dropped])
     stages = {"check": lambda: check_failed(violations),
               "gate": lambda: gate_rejected(counterexamples),
@@ -230,9 +235,8 @@ def repair_dynamic_source(*, store: RunStore, run_id: str, model: ModelBackend,
             return loop.result(endpoint_error=exc.to_json())
         except AnswerCutOff as exc:  # a round refused: the model hears why, and answers again
             output = "(an answer cut off at the output limit)"
-            verdict = _refused(loop.context, AttemptFeedback(
-                attempt=attempt, accepted=False, required_calls=loop.context.required_calls),
-                ("extract",), candidate=None, rounds=max_attempts, refusals=(exc,))
+            verdict = _refused(loop.context, _unjudged(loop.context, attempt), ("extract",),
+                               candidate=None, rounds=max_attempts, refusals=(exc,))
         else:
             verdict = judge(output, loop.context, attempt=attempt, capabilities=names,
                             rounds=max_attempts)

@@ -69,6 +69,11 @@ class CallShortfall:
     required: int  # at most, in the failed script
     expressions: tuple[CallExpression, ...]  # the failed script's, of this capability
 
+    @property
+    def lines(self) -> list[int]:
+        """The failed script's lines these calls are on, once each, in order."""
+        return sorted({c.line for c in self.expressions})
+
     def to_json(self) -> dict[str, Any]:
         return {"capability": self.capability, "calls": self.calls,
                 "required_calls": self.required, "lines": [c.line for c in self.expressions]}

@@ -19,6 +19,7 @@ from broker.errors import AnswerCutOff, InputError
 from broker.identity import Identity
 from orchestrator.gate import Counterexample, CounterexampleKind, check_gate
 from orchestrator.inputs import short
+from orchestrator.refusals import failed_lines
 from orchestrator.repair_context import (
     CommittedCall,
     RepairContext,
@@ -112,9 +113,7 @@ def _calls_short_text(feedback: AttemptFeedback) -> str:
             "once per element of the loops around it: a loop over a literal list of 3 is 3 "
             "calls, range(4) is 4.) Your candidate makes fewer calls of:"]
     for fewer in feedback.short:
-        lines = sorted({c.line for c in fewer.expressions})
-        where = (f" (line{'s' if len(lines) > 1 else ''} {', '.join(map(str, lines))} of the "
-                 "failed script)" if lines else "")
+        where = failed_lines(fewer.lines)
         has = (f"can make at most {fewer.calls} call{'' if fewer.calls == 1 else 's'}"
                if fewer.calls else "makes none")
         text.append(f"- {fewer.capability}: your candidate {has} where the failed script can "
