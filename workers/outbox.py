@@ -23,6 +23,8 @@ import logging
 import time
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from workers.messages import DispatchJob, InvalidMessage, check_task_id, parse_message
 from workers.routing import DISPATCH_TASK, enqueue
 from workers.transport import Transport
@@ -123,9 +125,7 @@ def _entry(redis: Any, prefix: str, job_id: str) -> dict[str, Any] | None:
     dispatch message of that job id (hostile: dropped)."""
     _, key = _keys(prefix, job_id)
     try:
-        if redis.type(key) not in (b"string", "string"):
-            return None
-        size = redis.strlen(key)
+        size = redis.strlen(key)  # a key of another type: ResponseError
         if not 0 < size <= MAX_BYTES:
             return None
         entry = json.loads(redis.get(key) or b"null")
@@ -133,7 +133,7 @@ def _entry(redis: Any, prefix: str, job_id: str) -> dict[str, Any] | None:
             return None
         parse_message(DispatchJob, entry.get("job"), "kept dispatch job")
         return entry if entry["job"].get("job_id") == job_id else None
-    except (InvalidMessage, ValueError):  # UnicodeDecodeError too
+    except (InvalidMessage, ValueError, ResponseError):  # UnicodeDecodeError too
         log.warning("dropped a kept dispatch message for %r that is not one", job_id[:80])
         return None
 

@@ -405,22 +405,26 @@ def test_budget_holds_across_concurrent_deciders(store):
     assert len(store.list_attempts(RUN)) == 3
 
 
-def test_cost_budget_holds_across_concurrent_deciders(store):
-    """The broker's own budget check (``max_cost``) under the same lock: 10 parallel image
-    calls on a budget of three images claim exactly three."""
+def _images_within(store, images: float):
+    """Claims of image calls ``i`` under a max_cost of ``images`` images' price."""
     from broker.catalog import lookup
     from broker.claim import budget_check
     from broker.envelope import Budget
 
     store.ensure_run(RUN)
-    price = lookup("image.generate").unit_price
-    check = budget_check(Budget(max_cost=round(3.5 * price, 6)))
+    check = budget_check(Budget(max_cost=round(images * lookup("image.generate").unit_price,
+                                                6)))
 
     def decide(i: int):
         return begin(store, Identity("orchestrate/#0", (i,), 0), capability="image.generate",
                      digest=f"d{i}", budget=check)
+    return decide
 
-    begins = run_parallel(10, decide)
+
+def test_cost_budget_holds_across_concurrent_deciders(store):
+    """The broker's own budget check (``max_cost``) under the same lock: 10 parallel image
+    calls on a budget of three images claim exactly three."""
+    begins = run_parallel(10, _images_within(store, 3.5))
     assert sum(b.claimed for b in begins) == 3
     assert all("max_cost" in b.over_budget for b in begins if not b.claimed)
 
@@ -428,18 +432,10 @@ def test_cost_budget_holds_across_concurrent_deciders(store):
 def test_a_refusal_the_provider_did_not_charge_for_costs_no_budget(store):
     """The budget's spend is the report's: a free refusal (``charged: no``) is an attempt
     (max_calls) but costs nothing (max_cost); a maybe-charged failure costs its price."""
-    from broker.catalog import lookup
     from broker.claim import budget_check
     from broker.envelope import Budget
 
-    store.ensure_run(RUN)
-    price = lookup("image.generate").unit_price
-    check = budget_check(Budget(max_cost=round(1.5 * price, 6)))
-
-    def decide(i: int):
-        return begin(store, Identity("orchestrate/#0", (i,), 0), capability="image.generate",
-                     digest=f"d{i}", budget=check)
-
+    decide = _images_within(store, 1.5)
     refused = decide(0)
     store.fail_attempt(refused.attempt.id, {"code": "invalid_request", "charged": "no"})
     maybe = decide(1)
