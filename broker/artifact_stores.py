@@ -36,12 +36,11 @@ def artifact_store_problem(settings: Settings) -> str | None:
 
 
 def open_artifact_store(settings: Settings, engine: Engine | None = None) -> ArtifactStore:
-    """``engine`` is the run store's (needed for ``database``). A store that can be away
-    (database, S3) is wrapped so a paid result's bytes wait on local disk meanwhile
-    (``broker.artifact_spool``)."""
+    """``engine`` is the run store's (needed for ``database``). Every store can be away
+    (a database or S3 that does not answer, a file store's directory that is read-only,
+    full or not a directory), so each is wrapped: a paid result's bytes wait in the spool
+    meanwhile (``broker.artifact_spool``)."""
     store = _open(settings, engine)
-    if settings.resolved_artifact_store is ArtifactStoreKind.FILE:
-        return store
     from broker.artifact_spool import SpoolingArtifactStore
 
     return SpoolingArtifactStore(store, settings.spool_dir / "artifacts")

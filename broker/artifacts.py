@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from broker.errors import InputError
+from broker.errors import InputError, StoreUnavailable
 from broker.identity import sha256_hex
 
 _ID = re.compile(r"sha256:(?P<hex>[0-9a-f]{64})")  # always used with fullmatch
@@ -176,18 +176,31 @@ class FileArtifactStore:
         target = self.path(ref.id)
         if target.exists():
             return ref  # content-addressed: the same id means the same bytes
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
+        except OSError as exc:
+            raise self._away(ref, exc) from exc
         try:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
-        except BaseException:
+        except BaseException as exc:
             Path(tmp).unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise self._away(ref, exc) from exc
             raise
         return ref
+
+    def _away(self, ref: ArtifactRef, exc: OSError) -> StoreUnavailable:
+        """A directory that cannot take the bytes (read-only, full, a file in its place):
+        the store is away for writes, as a database that does not answer is, so the bytes
+        of a paid answer wait in the artifact spool (``broker.artifact_spool``)."""
+        return StoreUnavailable(f"{self.where} cannot take artifact {ref.id}: "
+                                f"{exc.strerror or exc} ({exc.filename or self.root})",
+                                service="artifact store", action="storing an artifact")
 
     def get(self, ref_or_id: RefOrId) -> bytes:
         artifact = _id_of(ref_or_id)
