@@ -56,6 +56,8 @@ _MAX_DETAIL = 300
 _MAX_URL = 2048  # of an image's address kept in an error: a signed URL runs to ~500
 _ERROR_BODY_BYTES = 64 << 10  # of an error answer: enough for any message it quotes
 _ANSWER_SLACK_BYTES = 1 << 20  # an answer's JSON around its base64 image
+# What an image address may answer besides image/*: bytes of no declared kind (S3, GCS)
+_BYTES_TYPES = frozenset({"application/octet-stream", "binary/octet-stream"})
 
 
 def _status_code(status: int) -> tuple[str, bool]:
@@ -522,6 +524,10 @@ class OpenAIImagesProvider(_OpenAIAdapter):
             raise unusable(f"could not be fetched ({type(exc).__name__})") from None
         if answer.status != 200:
             raise unusable(f"answered HTTP {answer.status}")
+        kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind and not (kind.startswith("image/") or kind in _BYTES_TYPES):
+            # An error or sign-in page served with 200 (a CDN, a portal): not the picture
+            raise unusable(f"answered with {kind[:100]}, not an image")
         return answer.body
 
     def _dimensions(self, ref: ArtifactRef, image: bytes, size: str
