@@ -382,8 +382,14 @@ def _counts(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finite_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) \
-        and math.isfinite(value)
+    """A number the store's JSON keeps: finite, an int within a float's range (a longer
+    one makes ``math.isfinite`` raise OverflowError)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _retry_after(headers: httpx.Headers) -> str | None:
@@ -588,6 +594,8 @@ def _parse_review(reply: str, payload: dict) -> dict[str, Any] | None:
         verdict = words[0]
     try:
         score = min(1.0, max(0.0, float(parsed.get("score", 1.0 if verdict == "pass" else 0.0))))
+    except OverflowError:  # an integer past a float's range: past 1 or below 0
+        score = 1.0 if str(parsed.get("score")).strip()[:1] != "-" else 0.0
     except (TypeError, ValueError):
         score = 1.0 if verdict == "pass" else 0.0
     return {"verdict": verdict, "score": score, "notes": str(parsed.get("notes") or reply)}
