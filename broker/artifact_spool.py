@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from broker.artifacts import ArtifactRef, ArtifactStore, RefOrId, artifact_id, id_of
-from broker.errors import StoreUnavailable
+from broker.errors import ConfigError, StoreUnavailable
 
 log = logging.getLogger("revise.spool")
 
@@ -54,7 +54,9 @@ class SpoolingArtifactStore:
     def put(self, data: bytes, media_type: str) -> ArtifactRef:
         try:
             return self.inner.put(data, media_type)
-        except StoreUnavailable as exc:
+        except (StoreUnavailable, ConfigError) as exc:
+            # ConfigError: the store answers but refuses (its bucket gone, its credentials
+            # revoked); the answer is paid all the same, so its bytes wait for the fix.
             ref = ArtifactRef(id=artifact_id(data), media_type=media_type, size=len(data))
             kept = self._keep(ref, data)
             log.warning("artifact %s kept in %s while %s does not answer (%s)", ref.id,
@@ -143,7 +145,7 @@ class SpoolingArtifactStore:
                 continue
             try:
                 self.inner.put(kept[1], kept[0])
-            except StoreUnavailable as exc:
+            except (StoreUnavailable, ConfigError) as exc:
                 log.warning("kept artifact %s stays in the spool: %s", artifact, exc.message)
                 continue
             if isinstance(item, str):
