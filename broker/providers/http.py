@@ -531,8 +531,10 @@ class OpenAIImagesProvider(_OpenAIAdapter):
         if answer.status != 200:
             raise unusable(f"answered HTTP {answer.status}")
         kind = answer.headers.get("content-type", "").split(";")[0].strip().lower()
-        if kind and not (kind.startswith("image/") or kind in _BYTES_TYPES):
+        if kind and not (kind.startswith("image/") or kind in _BYTES_TYPES) \
+                and _media_type(answer.body) == "application/octet-stream":
             # An error or sign-in page served with 200 (a CDN, a portal): not the picture
+            # (a PNG, JPEG or WebP under a wrong type is still the picture)
             raise unusable(f"answered with {kind[:100]}, not an image")
         return answer.body
 
