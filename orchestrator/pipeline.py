@@ -279,9 +279,11 @@ class Pipeline:
         report.sandbox = result.sandbox
         report.warnings = sorted({*result.warnings, *getattr(self.runner, "warnings", ())})
         report.logs = list((result.outcome or {}).get("logs") or [])[:200]
+        paid = _paid_at(attempts)
         report.identities = [
             IdentityReport(**c.identity.to_json(), capability=c.capability,
-                           outcome=str(c.outcome), cost=c.cost,
+                           outcome=str(c.outcome),
+                           cost=round(max(c.cost, paid.get(c.identity, 0.0)), 6),
                            replayed_from=None if c.replayed_from is None
                            else str(c.replayed_from))
             for c in sorted(result.calls, key=lambda c: c.identity)]
@@ -395,3 +397,16 @@ def _no_violations() -> Any:
 
     return CheckReport.from_violations([])
 
+
+
+def _paid_at(attempts: list[AttemptRecord]) -> dict[Identity, float]:
+    """What this revision's attempts at each identity count as paid (the report's spend,
+    identity by identity): a request that left and was never answered (its worker killed
+    mid-call, the attempt unresolved) is paid until an operator says otherwise, even when
+    the call's own report, a stop, carries no cost."""
+    paid: dict[Identity, float] = {}
+    for attempt in attempts:
+        if not never_sent(attempt) and counts_as_paid(attempt):
+            paid[attempt.identity] = paid.get(attempt.identity, 0.0) + \
+                lookup(attempt.capability).unit_price
+    return paid
