@@ -138,6 +138,7 @@ class _Race:
     path: tuple[int, ...]  # the race's own fanout path (its branches' are one longer)
     sites: list[str | None]  # each branch's first call site as its frames name it
     seq: int  # its lookup's: a branch's first call is the first at its site and path after
+    site: str = ""  # the race's own structural site (as its frames name it)
 
 
 @dataclass
@@ -632,7 +633,8 @@ class Session:
         # the host did not annotate is described as None and can never be observed.
         sites = [self.whitelist[b["site"]].site if d is not None and d is not _FINISHED
                  else None for b, d in zip(branches, described, strict=True)]
-        race = _Race(identity, described, tuple(frame["path"]), sites, frame["seq"])
+        race = _Race(identity, described, tuple(frame["path"]), sites, frame["seq"],
+                     frame["site"])
         self._state.races[key] = race
         self._state.open_race_branches += len(described)
         slot = self.prefix.race(
@@ -688,6 +690,12 @@ class Session:
         if not branch or branch.get("finished") or site is None:
             return False
         path = (*race.path, winner)
+        shapes = self.whitelist[site].paths
+        if shapes is not None and not any(
+                len(shape) == len(path) and shape[-1].race == race.site for shape in shapes):
+            raise SandboxProtocolError(f"a race at {race.identity} committed branch {winner}, "
+                                       f"described as a call at {site}, which is no branch "
+                                       "of that race", identity=str(race.identity))
         seq = min((seq for (at, on, _), seq in self._state.call_seqs.items()
                    if at == site and on == path and seq > race.seq), default=None)
         if seq is None:
