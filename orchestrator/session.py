@@ -187,6 +187,18 @@ class Session:
         self._channel: Channel | None = None
         self._state = _State()
         self._paths = ReachablePaths(admission.storage_site, prefix)
+        # What earlier sessions of this revision (before its job parked, or before a
+        # redelivery) committed counts towards each site's call bound: the bound is the
+        # revision's, not one session's. A frame at one of these identities (a replay of
+        # this revision's own work) is not counted again.
+        self._own: dict[str, set[Identity]] = {}
+        storage = {admission.storage_site(site): site for site in self.whitelist}
+        for identity, slot in prefix.slots.items():
+            site = storage.get(identity.site)
+            if (site is not None and slot.revision == revision
+                    and all(index < MOVED_ASIDE for index in identity.path)):
+                self._own.setdefault(site, set()).add(identity)
+        self._state.calls_at.update({site: len(own) for site, own in self._own.items()})
 
     # ---- the latch ---------------------------------------------------------------------------
 
@@ -556,6 +568,12 @@ class Session:
                 raise SandboxProtocolError(f"occurrence {occurrence} at {site} path {path}; "
                                            f"the host expects {expected}", site=site)
             self._state.expected[key] = expected + 1
+            own = self._own.get(site)
+            if own is not None and self._identity(site, path, occurrence) in own:
+                own.discard(self._identity(site, path, occurrence))  # counted already
+                if kind == "call":
+                    self._state.call_seqs[(site, tuple(path), occurrence)] = seq
+                return raw
             made = self._state.calls_at.get(site, 0) + 1
             bound = self.whitelist[site].max_calls
             if bound is not None and made > bound:
