@@ -398,7 +398,6 @@ def _no_violations() -> Any:
     return CheckReport.from_violations([])
 
 
-
 def _paid_at(attempts: list[AttemptRecord]) -> dict[Identity, float]:
     """What this revision's attempts at each identity count as paid (the report's spend,
     identity by identity): a request that left and was never answered (its worker killed
