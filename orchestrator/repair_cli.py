@@ -146,6 +146,7 @@ def repair(open_target: OpenTarget, *, run_id: str, model: str, max_attempts: in
     from broker.settings import Settings
     from orchestrator.inputs import MISSING, ArgsFile, resolve_inputs
     from orchestrator.models import Waiting, backend_from_spec
+    from orchestrator.reconcile import sweep_revisions
     from orchestrator.repair import repair_dynamic_source
 
     settings = Settings()
@@ -154,6 +155,9 @@ def repair(open_target: OpenTarget, *, run_id: str, model: str, max_attempts: in
     given_env = load_envelope(envelope) if envelope else None
     target = open_target(settings, timeout)
     try:
+        # A revision whose runner died is failed first (as `revise run` does), so that a
+        # crashed run can be repaired at once; a live one refuses the repair (RunBusy).
+        sweep_revisions(target.store, settings.revision_lease_seconds, run_id=run_id)
         inputs = resolve_inputs(target.store, run_id, args=given_args, envelope=given_env)
         for note in inputs.notes():
             err.print(f"[yellow]note[/]: {render.escape(note)}")

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from broker.errors import AnnotationError, InputError
+from broker.errors import AnnotationError, InputError, RunBusy
 from broker.identity import Identity
 from broker.prefix import RACE
 from broker.records import RevisionRecord, RevisionStatus, SlotRecord
@@ -218,6 +218,13 @@ def _choose_failed(run_id: str, revisions: list[RevisionRecord],
         pinned = [r for r in revisions if r.revision == failed_revision]
         if pinned:
             return pinned[0]
+    running = [r.revision for r in revisions if r.status is RevisionStatus.RUNNING]
+    if running:  # nothing has failed yet, and a candidate could not run: ask no model
+        raise RunBusy(
+            f"run {run_id!r} has revision {running[-1]} still running; there is no failure "
+            f"to repair yet. Wait for it to end (`revise show {run_id}` shows it running "
+            "until it does) and repair it then; a revision whose runner died is failed once "
+            "its lease expires", run_id=run_id, revision=running[-1])
     ran = [r for r in revisions if _ran(r)]
     failed = ran[-1] if ran else revisions[-1]
     if failed.status is RevisionStatus.SUCCEEDED:
