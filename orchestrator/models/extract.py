@@ -6,8 +6,10 @@ and after, show the old script next to the new one, think aloud in
 one script the host should check: the fenced block that defines
 ``orchestrate`` (the last such block: models show the fix after the
 original; but never the failed script itself when another block defines it:
-some show the original after the fix), else the best other block, else the
-code part of unfenced text.
+some show the original after the fix; and never an excerpt, a block with
+lines elided as ``...``, when a whole script is there too: some recap the key
+change after the fix), else the best other
+block, else the code part of unfenced text.
 It never judges validity; the checker does that and tells the model why.
 """
 
@@ -22,6 +24,8 @@ _THINK = re.compile(r"<think(?:ing)?>.*?</think(?:ing)?>", re.DOTALL | re.IGNORE
 _OPEN = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)$")
 _ENTRY = re.compile(r"^\s*async\s+def\s+orchestrate\s*\(", re.MULTILINE)
 _PYTHON_INFO = frozenset({"", "python", "python3", "py", "py3"})
+# An excerpt of a script elides what it leaves out with a bare `...` line.
+_ELIDED = re.compile(r"^[ \t]*(?:\.\.\.|…)[ \t]*(?:#.*)?$", re.MULTILINE)
 # Lines that start code in unfenced output (prose lines before them are dropped).
 _CODE_START = re.compile(
     r"^(?:async\s+def\s|def\s|\"\"\"|'''|#|[A-Za-z_][A-Za-z0-9_]*\s*=|@)")
@@ -74,6 +78,10 @@ def _choose(blocks: list[_Block], failed: str | None) -> _Block | None:
         changed = [b for b in with_entry if _lines(b.text) != _lines(failed)]
         with_entry = changed or with_entry
     if with_entry:
+        # "The fix, then the key change in short": never an excerpt (a body elided with
+        # `...`) over a whole script in the same answer.
+        whole = [b for b in with_entry if not _ELIDED.search(b.text)]
+        with_entry = whole or with_entry
         pythonish = [b for b in with_entry if b.info in _PYTHON_INFO]
         return (pythonish or with_entry)[-1]
     code = [b for b in blocks if b.info in _PYTHON_INFO and b.text.strip()]
