@@ -111,16 +111,29 @@ def _unfenced(text: str) -> str:
         start = first_code
     if start is None:
         return ""  # prose only: no line looks like code
-    kept = lines[start:]
+    entry = next((i for i, line in enumerate(lines) if _ENTRY.match(line)), len(lines))
+    # A Markdown heading ("## Fixed script") looks like a comment; the prose after it is
+    # no code: try each later line that starts code, up to the entry point, as the start.
+    starts = [start] + [i for i in range(start + 1, min(entry, len(lines) - 1) + 1)
+                        if _CODE_START.match(lines[i])]
+    for first in starts[:_MAX_TRIM_LINES]:
+        found = _parsable_from(lines[first:])
+        if found is not None:
+            return found
+    return "\n".join(lines[start:]).strip()  # let the checker report the syntax error
+
+
+def _parsable_from(kept: list[str]) -> str | None:
+    """``kept`` as a script, or without trailing prose ("This fixes the size."), which
+    breaks parsing, dropped line by line; None when no such cut parses."""
     candidate = "\n".join(kept).strip()
     if _parses(candidate):
         return candidate
-    # Trailing prose ("This fixes the size.") breaks parsing; drop it line by line.
     for cut in range(1, min(len(kept), _MAX_TRIM_LINES) + 1):
         shorter = "\n".join(kept[:-cut]).strip()
         if shorter and _ENTRY.search(shorter) and _parses(shorter):
             return shorter
-    return candidate  # let the checker report the syntax error with its line
+    return None
 
 
 def extract_script(text: str, *, failed: str | None = None) -> str:
