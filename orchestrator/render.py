@@ -107,6 +107,11 @@ def run_report(c: Console, report: dict[str, Any]) -> None:
             table.add_row(f"{ident['site']}@{path}:{ident['occurrence']}",
                           ident["capability"], f"[{style}]{ident['outcome']}[/]")
         c.print(table)
+        for ident in report["identities"]:  # a relocated replay: whose result it got
+            if ident.get("replayed_from"):
+                path = ".".join(map(str, ident["path"]))
+                c.print(escape(f"  replayed {ident['site']}@{path}:{ident['occurrence']} "
+                               f"from {ident['replayed_from']}"), overflow="fold")
     for orphan in report.get("orphans", []):
         c.print(f"  orphan: {orphan['identity']}")
     for warning in report.get("warnings", []):
