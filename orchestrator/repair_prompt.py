@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from broker.catalog import CATALOG, Capability
+from broker.identity import MOVED_ASIDE
 from broker.prefix import RACE
 from orchestrator.fanout_paths import describe_path
 from orchestrator.repair_context import CommittedCall, RepairContext
@@ -83,7 +84,13 @@ def payload_text(capability: str, payload: Any, catalog: Mapping[str, Capability
 
 
 def where_path(context: RepairContext, site: str, path: Iterable[int]) -> str:
-    return describe_path(list(path), context.entry_line(site), list(context.fanouts))
+    indices = list(path)
+    if indices and indices[-1] >= MOVED_ASIDE:  # the host's storage key, no fanout branch
+        made_at = describe_path(indices[:-1], context.entry_line(site), list(context.fanouts))
+        return (f"{made_at} (new work revision {indices[-1] - MOVED_ASIDE} made there after "
+                "the call committed at that path moved; stored aside, it replays only "
+                "where its call expression and payload are asked for)")
+    return describe_path(indices, context.entry_line(site), list(context.fanouts))
 
 
 # ---- sections --------------------------------------------------------------------------------
