@@ -8,9 +8,21 @@ equal, so a new migration cannot be forgotten here.
 
 from __future__ import annotations
 
+from functools import cache
+from pathlib import Path
+
 from sqlalchemy import Engine, inspect, text
 
 SCHEMA_HEAD = "0007"
+
+_VERSIONS = Path(__file__).resolve().parent / "migrations" / "versions"
+
+
+@cache
+def known_revisions() -> frozenset[str]:
+    """Every schema revision this code's migrations know (their file names' prefix): a
+    store at any other revision was migrated by a newer Revise and cannot be moved back."""
+    return frozenset(path.name.split("_", 1)[0] for path in _VERSIONS.glob("[0-9]*_*.py"))
 
 
 def stored_revision(engine: Engine) -> str | None:

@@ -108,7 +108,7 @@ from broker.revision_txns import (
     slots_txn,
     start_revision_txn,
 )
-from broker.schema import SCHEMA_HEAD, stored_revision
+from broker.schema import SCHEMA_HEAD, known_revisions, stored_revision
 
 T = TypeVar("T")
 
@@ -297,6 +297,7 @@ class SqlStore:
         try:
             with store._translated("reading the schema version"):
                 found = stored_revision(engine)
+            _refuse_ahead(found, parsed.render_as_string(hide_password=True))
             if found != SCHEMA_HEAD and migrate:
                 from broker.migrations import upgrade  # Alembic, only when the schema moves
 
@@ -803,6 +804,19 @@ class SqlStore:
 
 
 # ---- engine ---------------------------------------------------------------------------------
+
+
+def _refuse_ahead(found: str | None, where: str) -> None:
+    """A schema no migration here knows was written by a newer Revise: nothing here can
+    read it, and `revise db upgrade` cannot take it back."""
+    if found is None or found == SCHEMA_HEAD or found in known_revisions():
+        return
+    raise SchemaNotReady(f"run store {where} is at schema {found}, which a newer Revise "
+                         f"wrote; this Revise reads schema {SCHEMA_HEAD} and cannot migrate "
+                         "a schema back. Run the newer Revise on this host (every host of "
+                         "a deployment runs the same version), or point "
+                         "REVISE_DATABASE_URL at this version's store",
+                         url=where, schema=found, head=SCHEMA_HEAD)
 
 
 def _require_head(found: str | None, where: str) -> None:
