@@ -49,7 +49,9 @@ class Periodic:
 
     def _loop(self) -> None:
         wait = self._first_after
-        while not self._stop.wait(wait):
+        # A wait past threading's limit (a lease set to "never", 1e11 or inf) raises
+        # OverflowError; waiting the limit (about 290 years) is the same thing.
+        while not self._stop.wait(min(wait, threading.TIMEOUT_MAX)):
             try:
                 answer = self._beat()
             except Exception as exc:  # the beat must outlive any trouble it meets
