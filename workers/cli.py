@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import TYPE_CHECKING
 
 import typer
@@ -52,7 +53,27 @@ register_config(app)
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    app()
+    if "--json" not in sys.argv[1:]:
+        app()
+        return
+    # Under --json a refusal of the command line (a missing argument, a value of the wrong
+    # type) is one JSON error on stdout too, as every other refusal is.
+    from broker.errors import InputError
+    from orchestrator.cli_common import EXIT_USAGE, emit_json
+
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        sys.stderr.write("Aborted!\n")
+        sys.exit(1)
+    except Exception as exc:
+        # click's ClickException (typer vendors click: matched by what it offers)
+        if not (hasattr(exc, "format_message") and hasattr(exc, "show")):
+            raise
+        exc.show()
+        emit_json({"error": InputError(exc.format_message()).to_json()})
+        sys.exit(getattr(exc, "exit_code", None) or EXIT_USAGE)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":
