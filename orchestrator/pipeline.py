@@ -219,6 +219,10 @@ class Pipeline:
             return report
         try:
             self._spend(admitted, envelope, admission, slots, lease, delivery, job_id)
+        except KeyboardInterrupt as exc:  # Ctrl-C on `revise run`: no one else would end it
+            if job_id is None:
+                self._lost_here(run_id, revision, exc)
+            raise
         except Exception as exc:
             if job_id is not None or isinstance(exc, StoreUnavailable):
                 raise  # a sandbox worker fails its job; a store outage lets the lease expire
@@ -251,7 +255,8 @@ class Pipeline:
             return
         self._finish(report, result, envelope, job_id)
 
-    def _lost_here(self, run_id: str, revision: int, exc: Exception) -> RevisionLost:
+    def _lost_here(self, run_id: str, revision: int, exc: BaseException
+                   ) -> RevisionLost:
         """An embedded revision the host itself failed on (a fault no handler foresaw) is
         failed, naming the fault and where it happened, rather than left ``running`` until
         a later submit sweeps it; its committed calls replay when the run is submitted
@@ -260,6 +265,8 @@ class Pipeline:
         where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
         reason = (f"the host failed while running the revision "
                   f"({type(exc).__name__}{where}: {str(exc)[:300]})")
+        if isinstance(exc, KeyboardInterrupt):
+            reason = "the revision was interrupted (Ctrl-C) while it ran"
         record = self.store.get_revision(run_id, revision)
         if record is not None:
             lose_revision(self.store, run_id, revision, reason,
