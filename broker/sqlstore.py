@@ -108,7 +108,7 @@ from broker.revision_txns import (
     slots_txn,
     start_revision_txn,
 )
-from broker.schema import SCHEMA_HEAD, known_revisions, stored_revision
+from broker.schema import SCHEMA_HEAD, known_revisions, store_mark, stored_revision
 
 T = TypeVar("T")
 
@@ -312,6 +312,15 @@ class SqlStore:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def mark(self) -> str | None:
+        """Which database this store is (``broker.schema.store_mark``)."""
+        with self._translated("reading which database this is"):
+            return store_mark(self.engine)
+
+    @property
+    def shown_url(self) -> str:
+        return self._safe_url
 
     # -- plumbing --
 

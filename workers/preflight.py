@@ -17,10 +17,12 @@ A sandbox worker without a sandbox refuses to start too (``workers.app``).
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
 from celery.signals import worker_init, worker_ready
+from redis.exceptions import RedisError
 
 from broker.artifact_stores import artifact_store_problem
 from broker.errors import ReviseError
@@ -33,6 +35,7 @@ from broker.settings import (
 )
 
 log = logging.getLogger("revise.preflight")
+_MARK_SECONDS = 7 * 86400  # a stack stopped longer than this is not named
 ROLES = {"dispatch": "dispatcher", "sandbox": "sandbox", "capabilities": "broker",
          "reconcile": "reconciler"}  # queue role: the worker's name in the Procfile
 
@@ -64,7 +67,40 @@ def problems(ctx: Any, roles: set[str]) -> list[str]:
     artifacts = artifact_store_problem(ctx.settings)
     if artifacts is not None:  # a broker worker refused it; another role may not need it
         found.append(f"artifact store: {artifacts}")
+    if not found and (shared := prefix_shared(ctx)) is not None:
+        found.append(shared)
     return found
+
+
+def prefix_shared(ctx: Any) -> str | None:
+    """Two stacks on one Redis database and queue prefix with different run stores take
+    each other's messages: one records the other's jobs in its store, drops its sandbox
+    jobs as forged, requeues them as lost. Each worker leaves its run store's mark under
+    the prefix as it starts; one that finds another store's says so (once: the mark is
+    then its own, so a deployment moved to a new store hears it once)."""
+    prefix = ctx.queue.queue_prefix
+    try:
+        mark = ctx.store.mark()
+        if mark is None:
+            return None
+        mine = json.dumps({"mark": mark, "store": ctx.store.shown_url})
+        before = ctx.broker_redis.set(f"revise:{prefix}run-store", mine, ex=_MARK_SECONDS,
+                                      get=True)
+    except (ReviseError, RedisError):  # away since the lines above: nothing to compare
+        return None
+    try:
+        other = json.loads(before) if before and len(before) <= 4096 else None
+        if other is None or other["mark"] == mark:
+            return None
+        theirs = str(other["store"])[:200]
+    except (ValueError, TypeError, KeyError):  # not a mark this code left: an old key
+        return None
+    named = f"queue prefix {prefix!r}" if prefix else "no queue prefix"
+    return (f"workers of another run store ({theirs}) use this Redis database with "
+            f"{named}: two stacks on one Redis database and prefix take each other's jobs "
+            "(recorded in the wrong store, dropped as forged). Give each stack its own "
+            "REVISE_CELERY_QUEUE_PREFIX or Redis database; if this deployment moved to this "
+            "run store, this is said once")
 
 
 def _roles(app: Any) -> set[str]:
