@@ -461,6 +461,7 @@ class RemoteExecutor:
         request = one.request
         stop = AttemptInFlight(
             f"the capability queue gave {why} for {request.identity}; the call may still "
-            "complete and commit. Check that broker workers (-Q capabilities) are running, "
+            f"complete and commit. Check that broker workers "
+            f"(-Q {self.routing.queue('capabilities')}) are running, "
             "then submit again: a committed call replays", identity=str(request.identity))
         return stop_report(request.identity, request.capability, stop)

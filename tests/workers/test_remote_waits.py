@@ -37,6 +37,7 @@ def test_a_call_no_live_broker_can_take_stops_fail_closed(make_stack) -> None:
     assert report["status"] == "stopped"
     assert report["error"]["type"] == "AttemptInFlight"
     assert "no live broker worker" in report["error"]["message"]
+    assert f"-Q {stack.prefix}capabilities" in report["error"]["message"]  # the queue to start
     assert waited < 4 * LEASE + 15, waited  # not capability_wait_seconds (900 s)
     assert stack.provider_log() == []
     # The claim nobody took is taken back when the revision ends: nothing was sent.
