@@ -444,6 +444,19 @@ def provider_problem(settings: Settings) -> str | None:
     return None
 
 
+def model_url_problem(url: str | None) -> str | None:
+    """A model endpoint ``revise repair`` can talk to (None: fine, or none set)."""
+    if not url:
+        return None
+    if not url.startswith(("http://", "https://")):
+        return (f"model base URL {mask_url(url)!r} is not an http(s) URL; set "
+                "REVISE_MODEL_BASE_URL with its scheme, e.g. http://127.0.0.1:4000/v1")
+    if (endpoint := endpoint_in_base_url(url)) is not None:
+        return (f"model base URL {mask_url(url)!r} {endpoint}; set REVISE_MODEL_BASE_URL "
+                "to the API's prefix alone, e.g. http://127.0.0.1:4000/v1")
+    return None
+
+
 def provider_key_problem(settings: Settings) -> str | None:
     """An HTTP provider without a credential: OpenAI and Azure OpenAI refuse every request
     (401), found out only at each call. A gateway that carries its own key in

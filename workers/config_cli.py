@@ -105,6 +105,7 @@ def _role_problems(instances: dict[str, Any]) -> list[str]:
     from broker.artifact_stores import artifact_store_problem
     from broker.settings import (
         home_problem,
+        model_url_problem,
         provider_ignored,
         provider_key_problem,
         provider_problem,
@@ -125,6 +126,9 @@ def _role_problems(instances: dict[str, Any]) -> list[str]:
         problem = artifact_store_problem(instances["Settings"])
         if problem:
             found.append(f"every role would fail to keep or read an artifact: {problem}")
+        problem = model_url_problem(instances["Settings"].model_base_url)
+        if problem:
+            found.append(f"revise repair would refuse to ask the model: {problem}")
     if instances.get("FlowerSettings") is not None:
         problem = instances["FlowerSettings"].unauthenticated_problem()
         if problem:

@@ -40,7 +40,7 @@ from broker.providers.http import (
     secrets_of,
 )
 from broker.retry_after import wait_asked
-from broker.settings import Settings, endpoint_in_base_url, header_map
+from broker.settings import Settings, header_map, model_url_problem
 from orchestrator.models.base import Message, ModelEndpointError
 
 log = logging.getLogger("revise.models")
@@ -73,13 +73,8 @@ class OpenAIChatBackend:
                  extra_headers: dict[str, str] | None = None,
                  sleep: Callable[[float], None] = time.sleep,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if not base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"model base URL {base_url!r} is not an http(s) URL; set "
-                              "REVISE_MODEL_BASE_URL, e.g. http://127.0.0.1:4000/v1")
-        if (endpoint := endpoint_in_base_url(base_url)) is not None:
-            raise ConfigError(f"model base URL {base_url!r} {endpoint}; set "
-                              "REVISE_MODEL_BASE_URL to the API's prefix alone, e.g. "
-                              "http://127.0.0.1:4000/v1", setting="REVISE_MODEL_BASE_URL")
+        if (problem := model_url_problem(base_url)) is not None:
+            raise ConfigError(problem, setting="REVISE_MODEL_BASE_URL")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._key = api_key if isinstance(api_key, SecretStr) or api_key is None \

@@ -115,6 +115,12 @@ def test_revise_config_check_names_what_a_role_would_refuse(tmp_path: Path) -> N
         "error: broker workers would refuse to start: REVISE_PROVIDER_BASE_URL="
         "api.openai.com/v1 is not an http(s) URL; write it with its scheme and API prefix, "
         "e.g. https://api.openai.com/v1"]
+    model = _revise("config", "--check", tmp_path=tmp_path, env={
+        "REVISE_MODEL_BASE_URL": "api.example.com/v1"})
+    assert model.stderr.strip().splitlines() == [
+        "error: revise repair would refuse to ask the model: model base URL "
+        "'api.example.com/v1' is not an http(s) URL; set REVISE_MODEL_BASE_URL with its "
+        "scheme, e.g. http://127.0.0.1:4000/v1"]
     embedded = _revise("runs", tmp_path=tmp_path, env={
         "REVISE_PROVIDER": "http", "REVISE_PROVIDER_BASE_URL": "api.openai.com/v1"})
     assert embedded.returncode == 0  # a command that calls no provider is not refused
