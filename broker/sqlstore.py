@@ -762,6 +762,16 @@ class SqlStore:
                          alone=True)
         return [attempt_record(r) for r in rows]
 
+    def latest_succeeded_attempt(self) -> AttemptRecord | None:
+        """The last request a provider answered with its result, of any run."""
+        query = (select(attempts).where(attempts.c.status == AttemptStatus.SUCCEEDED.value,
+                                        attempts.c.sent_at.is_not(None),
+                                        attempts.c.idempotency_key.is_not(None))
+                 .order_by(attempts.c.id.desc()).limit(1))
+        row = self._run("reading the last answered attempt",
+                        lambda c: c.execute(query).first(), write=False, alone=True)
+        return None if row is None else attempt_record(row)
+
     def latest_attempt(self, run_id: str, identity: Identity) -> AttemptRecord | None:
         row = self._run("reading an attempt", lambda c: latest_attempt_txn(c, run_id, identity),
                         write=False)

@@ -262,7 +262,16 @@ def ask_provider(store: RunStore, provider: Any, run_id: str, identity: Identity
     """What the provider did for the open attempt's idempotency key (its lookup)."""
     ident = identity if isinstance(identity, Identity) else Identity.parse(identity)
     attempt = _open_attempt(store, run_id, ident)
-    return _lookup(store, provider, attempt)
+    found = _lookup(store, provider, attempt)
+    if found.state == "unknown" and not _lookup_knows(store, provider):
+        raise InputError(f"the provider's lookup has no record of key "
+                         f"{attempt.idempotency_key}, nor of the last request it answered "
+                         "with a result: a lookup that knows no key (a wrong "
+                         "REVISE_PROVIDER_LOOKUP_PATH, a provider that keeps none, or keeps "
+                         "them for less time) cannot show the request was never charged. "
+                         "Check the provider's own records, then pass --abandon (never "
+                         "charged) or --result FILE")
+    return found
 
 
 def _lookup(store: RunStore, provider: Any, attempt: AttemptRecord) -> Lookup:
@@ -283,19 +292,23 @@ def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
     """The sweep's share of money: every unresolved or uncertain attempt whose request was
     sent is asked about at its provider (where it offers a lookup by key). Completed: its
     result is committed; unknown (the provider has no record, so it never charged):
-    abandoned, its call may run again; still in progress, or the lookup failed: next
-    sweep. Returns the decisions."""
-    decided = []
+    abandoned, its call may run again, but only once the lookup has shown it knows a key
+    the provider did receive; still in progress, or the lookup failed: next sweep.
+    Returns the decisions."""
+    asked: list[tuple[AttemptRecord, Lookup]] = []
     statuses = frozenset({AttemptStatus.UNRESOLVED, AttemptStatus.UNCERTAIN})
     for attempt in store.list_attempts(statuses=statuses):
         if attempt.sent_at is None or attempt.capability not in CATALOG:
             continue
         try:
-            found = _lookup(store, provider, attempt)
+            asked.append((attempt, _lookup(store, provider, attempt)))
         except ReviseError as exc:
             log.warning("could not ask the provider about attempt #%s at %s: %s",
                         attempt.number, attempt.identity, exc.message)
-            continue
+    unknown_trusted = any(found.state == "completed" for _, found in asked) or (
+        any(found.state == "unknown" for _, found in asked) and _lookup_knows(store, provider))
+    decided = []
+    for attempt, found in asked:
         decision: dict[str, Any] = {}
         unusable = _unusable(store, attempt)
         if found.state == "completed" and unusable is not None:
@@ -306,9 +319,16 @@ def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
             decision = {"result": found.answer.result, "artifacts": artifacts,
                         "reason": "the provider's lookup by idempotency key returned the "
                         "result it kept"}
-        elif found.state == "unknown":
+        elif found.state == "unknown" and unknown_trusted:
             decision = {"reason": "the provider has no record of this idempotency key: the "
                         "request never reached it and was not charged"}
+        elif found.state == "unknown":
+            log.warning("the provider's lookup has no record of attempt #%s at %s (key %s), "
+                        "nor of the last request it answered: a lookup that knows no key "
+                        "(a wrong REVISE_PROVIDER_LOOKUP_PATH, a provider that keeps none, or "
+                        "keeps them for less time) cannot show a request was never charged; "
+                        "the attempt stays counted as paid until `revise reconcile` decides "
+                        "it", attempt.number, attempt.identity, attempt.idempotency_key)
         if not decision:
             continue  # still in progress: the next sweep asks again
         try:
@@ -318,6 +338,20 @@ def resolve_by_lookup(store: RunStore, provider: Any, artifacts: ArtifactStore,
             log.warning("attempt #%s at %s stays open: %s", attempt.number,
                         attempt.identity, exc.message)
     return decided
+
+
+def _lookup_knows(store: RunStore, provider: Any) -> bool:
+    """Does the provider's lookup know the key of the last request it answered with a
+    result? A 404 means "never received" only from a lookup that does."""
+    known = store.latest_succeeded_attempt()
+    if known is None or known.capability not in CATALOG:
+        return False
+    try:
+        return _lookup(store, provider, known).state == "completed"
+    except ReviseError as exc:
+        log.warning("could not ask the provider about the last request it answered: %s",
+                    exc.message)
+        return False
 
 
 def _dispatch_record(attempt: AttemptRecord) -> str:

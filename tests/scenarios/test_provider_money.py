@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from broker.envelope import Envelope
+from broker.errors import InputError
 from broker.records import AttemptStatus
 from tests.fakes.openai_server import (
     CHAT,
@@ -439,6 +440,34 @@ def test_the_sweep_asks_the_provider_and_commits_what_it_kept(make_harness) -> N
         again = _run(harness, REPAIRED, run_id="run-2")  # never charged: asked again
         assert again["status"] == "succeeded", again["error"]
         assert server.charged() == 2
+
+
+@pytest.mark.parametrize("where", ["a provider that keeps no keys", "a wrong lookup path"])
+def test_a_lookup_that_knows_no_key_never_abandons_a_paid_call(make_harness, where
+                                                                ) -> None:
+    """A 404 means "never received" only from a lookup that knows the keys the provider
+    did receive: one that answers 404 for every key (the provider keeps none, or the
+    path is wrong) would abandon a charged call, and the next submit pay it again."""
+    from orchestrator.reconcile import ask_provider, resolve_by_lookup
+
+    honours = where == "a wrong lookup path"
+    with FakeOpenAIServer(api_key=FAKE_API_KEY,
+                          idempotency="honour" if honours else "ignore") as server:
+        server.queue(IMAGES, ok_image(), charge_then_error(500))
+        harness = _harness(make_harness, server, provider_lookup_path="/lookup/{key}"
+                           if honours else "/requests/{key}")
+        assert _run(harness, ONE, run_id="run-0")["status"] == "succeeded"
+        first = _run(harness, ONE)
+        assert first["error"]["charged"] == "maybe" and server.charged() == 2
+        store = harness.services.store
+        assert resolve_by_lookup(store, harness.services.provider,
+                                 harness.services.artifacts) == []
+        with pytest.raises(InputError, match="REVISE_PROVIDER_LOOKUP_PATH"):
+            ask_provider(store, harness.services.provider, "run-1", first["error"]["identity"])
+        [attempt] = store.list_attempts("run-1")
+        assert attempt.status is AttemptStatus.UNCERTAIN
+        again = _run(harness, ONE)
+        assert again["status"] != "succeeded" and server.charged() == 2
 
 
 FANOUT = _s('''
