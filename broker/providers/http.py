@@ -33,11 +33,18 @@ import httpx
 from pydantic import SecretStr
 
 from broker import png
-from broker.artifacts import DEFAULT_MAX_BYTES, ArtifactRef, ArtifactStore, ArtifactTooLarge
+from broker.artifacts import (
+    DEFAULT_MAX_BYTES,
+    ArtifactCorrupt,
+    ArtifactNotFound,
+    ArtifactRef,
+    ArtifactStore,
+    ArtifactTooLarge,
+)
 from broker.catalog import Capability
 from broker.charging import QUOTA_EXCEEDED
 from broker.content_encoding import ACCEPT_ENCODING, EncodingError, read_decoded
-from broker.errors import CapabilityError, ReviseError
+from broker.errors import CapabilityError, ReviseError, StoreUnavailable
 from broker.foreign_json import parse_foreign_json
 from broker.providers.base import CallContext, Lookup, ProviderResult, provider_error
 from broker.providers.clients import ClientPool
@@ -682,7 +689,8 @@ class OpenAIChatProvider(_OpenAIAdapter):
         elif capability.name == "storyboard.plan":
             messages = _storyboard_messages(payload)
         else:
-            messages = _review_messages(payload, self._image_url(payload.get("image")))
+            messages = _review_messages(payload, self._image_url(capability, call,
+                                                                 payload.get("image")))
         model = self._model(payload.get("model", "local-text-1"))
         body: dict[str, Any] = {"model": model, "messages": messages}
         if "max_tokens" in payload:
@@ -722,8 +730,10 @@ class OpenAIChatProvider(_OpenAIAdapter):
                               usage={"prompt_tokens": counts.get("prompt_tokens", 0),
                                      "completion_tokens": counts.get("completion_tokens", 0)})
 
-    def _image_url(self, image: Any) -> str | None:
-        """A data URL for an artifact reference we hold, so vision models see the pixels."""
+    def _image_url(self, capability: Capability, call: CallContext, image: Any) -> str | None:
+        """A data URL for an artifact reference we hold, so vision models see the pixels;
+        None for anything else (described in text). An artifact that cannot be read is
+        a free failure: a review without its picture would be paid for nothing."""
         ref = image.get("artifact", image) if isinstance(image, dict) else image
         if not isinstance(ref, dict | str):
             return None
@@ -731,6 +741,11 @@ class OpenAIChatProvider(_OpenAIAdapter):
             data = self.artifacts.get(ref)
             media_type = ArtifactRef.from_json(ref).media_type if isinstance(ref, dict) \
                 else _media_type(data)
+        except (ArtifactNotFound, ArtifactCorrupt, StoreUnavailable) as exc:
+            raise provider_error(capability, call, f"{capability.name}: the image to review "
+                                 f"cannot be read ({exc.message}); nothing was sent",
+                                 status=None, provider_code="artifact_unreadable",
+                                 retryable=isinstance(exc, StoreUnavailable)) from None
         except ReviseError:
-            return None
+            return None  # not an artifact reference
         return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"

@@ -631,6 +631,18 @@ def test_review_visual_parses_verdict_and_sends_image(server, chat, store):
     assert out.result["verdict"] == "pass"
 
 
+def test_a_review_whose_image_cannot_be_read_is_not_sent(server, chat):
+    """A review without its picture would be paid for nothing: a free failure instead."""
+    from broker.charging import Charge, ProviderTerms, charge_of
+
+    missing = {"id": "sha256:" + "ab" * 32, "media_type": "image/png", "bytes": 10}
+    for image in ({"artifact": missing}, missing["id"]):
+        err = _error(chat.execute, lookup("review.visual"), {"image": image}, ctx())
+        assert err.provider_code == "artifact_unreadable" and "nothing was sent" in str(err)
+        assert charge_of(err, ProviderTerms()).charge is Charge.FREE
+    assert server.requests_to(CHAT) == []
+
+
 def test_unparseable_review_is_bad_response(server, chat):
     server.queue(CHAT, ok_chat("no idea"))
     err = _error(chat.execute, lookup("review.visual"), {"image": "x"}, ctx())
