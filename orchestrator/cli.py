@@ -125,6 +125,10 @@ def gate_cmd(script: Path, run_id: RunId, as_json: JsonFlag = False) -> None:
         slots = services.store.list_slots(run_id)
         result = check_gate(frozen_sites(slots),
                             assign_sites(tree), relocation=str(services.settings.relocation))
+        if services.store.get_run(run_id) is None:  # a typo'd id would pass every script
+            err.print(f"[yellow]note[/]: run {render.escape(repr(run_id))} is not in this "
+                      "run store (REVISE_DATABASE_URL): nothing is committed there, so "
+                      "every script passes its gate")
     finally:
         services.close()
     refusal = None if result.accepted else gate_rejected(result.counterexamples).to_json()

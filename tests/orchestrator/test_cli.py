@@ -73,8 +73,11 @@ def test_run_then_gate_then_repair_through_the_cli(revise, tmp_path: Path) -> No
     assert gate["accepted"] is True
     assert [(r["from"], r["to"]) for r in gate["relocations"]] == [
         ("orchestrate/#0>orchestrate.gen/#0", "orchestrate/#0>gen_one/#0")]
-    _, gate, _ = revise("gate", script("fanout_repaired"), "--run-id", "R", "--json")
-    assert gate["accepted"] is True and gate["relocations"] == []
+    _, gate, said = revise("gate", script("fanout_repaired"), "--run-id", "R", "--json")
+    assert gate["accepted"] is True and gate["relocations"] == [] and said == ""
+    _, gate, said = revise("gate", script("fanout_edited"), "--run-id", "r", "--json")
+    assert gate["accepted"] is True  # a typo'd run id: nothing committed there, and said so
+    assert "run 'r' is not in this run store" in " ".join(said.split())
 
     _, repair, _ = revise("run", script("fanout_repaired"), "--run-id", "R", "--args",
                           str(args), "--json")
