@@ -18,7 +18,6 @@ from .conftest import script, wait_for
 pytestmark = [pytest.mark.redis, pytest.mark.postgres]
 
 
-
 def _attempts(stack, status: AttemptStatus):
     return stack.store.list_attempts("run-crash", frozenset({status}))
 
@@ -50,6 +49,9 @@ def test_broker_worker_killed_mid_call_is_reconciled_not_repaid(make_stack) -> N
     report = handle.wait(90)  # the redelivered call task answers without a provider call
     assert report["status"] == "stopped"
     assert report["error"]["type"] == "AttemptUnresolved"
+    # It may have been charged: paid in the run's spend and in its identity's cost too
+    (paid,) = [i for i in report["identities"] if i["site"] == "orchestrate/#0"]
+    assert report["spend"] > 0 and paid["cost"] == report["spend"], report["identities"]
     (killed,) = stack.provider_log()  # the request left; no answer was recorded
     assert (killed["identity"], killed["outcome"]) == ("orchestrate/#0@:0", "sent")
 
