@@ -1,0 +1,66 @@
+"""A hostile sandbox (checker bypassed) names a literal fanout item at another item's
+branch index: the host admits any index below the fanout's width, so in a revision whose
+calls are all committed it buys new paid identities the admitted script cannot reach."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker.envelope import Envelope, SandboxLimits
+from broker.providers import ProviderLog
+
+from .corpus import script
+from .harness import run_unchecked
+
+# Under "honest" the script is an ordinary fanout of two literal calls: the first is
+# always branch 0, the second always branch 1. Under "hostile" it speaks the channel
+# itself and asks for each call at the *other* branch index, with a payload of its own.
+_SCRIPT = script('''
+if args.get("mode") == "honest":
+    return await ctx.parallel([ctx.run("text.generate", {"prompt": "a"}),
+                               ctx.run("text.generate", {"prompt": "b"})])
+sched = g["_SCHEDULER"]
+answers = []
+for seq, site, index, prompt in ((1, "orchestrate/if0/#0", 1, "x"),
+                                 (2, "orchestrate/if0/#1", 0, "y")):
+    sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [
+        {"seq": seq, "kind": "call", "site": site, "path": [index], "occurrence": 0,
+         "capability": "text.generate", "payload": {"prompt": prompt}, "take": 1}]})
+    answers.append(sched.channel.receive())
+return [a.get("ok") for a in answers]
+''')
+
+
+@pytest.fixture()
+def services(tmp_path):
+    from broker.settings import SandboxKind, Settings
+    from orchestrator.embedded import open_services
+    from sandbox.runner import ProcessRunner
+
+    runner = ProcessRunner()
+    runner.check()
+    opened = open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
+                           runner=runner)
+    yield opened
+    opened.close()
+
+
+def _paid(services, run_id: str) -> int:
+    return sum(entry.get("run_id") == run_id for entry in
+               ProviderLog(services.settings.provider_log_path).read())
+
+
+def test_a_committed_literal_fanout_buys_nothing_at_another_branch_index(services) -> None:
+    envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=20))
+    first = run_unchecked(services, "literal-index", _SCRIPT, {"mode": "honest"}, envelope)
+    assert first["status"] == "succeeded", first["error"]
+    assert first["calls"]["executed"] == 2
+    paid = _paid(services, "literal-index")
+    # Revision 2 of the same admitted script: both of its identities, (#0, [0], 0) and
+    # (#1, [1], 0), are committed, so it can only replay them (or diverge and stop): an
+    # honest run of it pays nothing. The hostile sandbox asks for #0 at [1] and #1 at [0].
+    second = run_unchecked(services, "literal-index", _SCRIPT, {"mode": "hostile"}, envelope)
+    new = _paid(services, "literal-index") - paid
+    assert second["calls"]["executed"] == 0 and new == 0, (
+        f"revision 2 paid {new} provider calls at identities its script cannot reach "
+        f"(status {second['status']}, identities {second['identities']})")
