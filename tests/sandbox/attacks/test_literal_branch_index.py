@@ -64,3 +64,43 @@ def test_a_committed_literal_fanout_buys_nothing_at_another_branch_index(service
     assert second["calls"]["executed"] == 0 and new == 0, (
         f"revision 2 paid {new} provider calls at identities its script cannot reach "
         f"(status {second['status']}, identities {second['identities']})")
+
+
+# A comprehension's branch makes its call once: the site's identities are (#0, [i], 0).
+# The host bounds the site by its call count (4) alone, not by the calls one branch makes,
+# so a hostile sandbox replays (#0, [i], 0) for free and buys (#0, [i], 1).
+_BRANCH_SCRIPT = script('''
+if args.get("mode") == "honest":
+    return await ctx.parallel([ctx.run("text.generate", {"prompt": p})
+                               for p in args["prompts"][:4]])
+sched = g["_SCHEDULER"]
+seq = 0
+answers = []
+for index, prompt in ((0, "a"), (1, "b")):
+    for occurrence, payload in ((0, prompt), (1, prompt + " again")):
+        seq += 1
+        sched.channel.send({"t": "batch", "nonce": sched.nonce, "frames": [
+            {"seq": seq, "kind": "call", "site": "orchestrate/if0/#0", "path": [index],
+             "occurrence": occurrence, "capability": "text.generate",
+             "payload": {"prompt": payload}, "take": 1}]})
+        answers.append(sched.channel.receive())
+return [a.get("ok") for a in answers]
+''')
+
+
+def test_a_committed_comprehension_buys_nothing_at_a_second_occurrence(services) -> None:
+    envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=20))
+    prompts = {"prompts": ["a", "b", "c", "d"]}
+    first = run_unchecked(services, "branch-occurrence", _BRANCH_SCRIPT,
+                          {"mode": "honest", **prompts}, envelope)
+    assert first["status"] == "succeeded", first["error"]
+    assert first["calls"]["executed"] == 4
+    paid = _paid(services, "branch-occurrence")
+    # Revision 2 of the same script: its identities (#0, [i], 0) for i < 4 are all
+    # committed, so an honest run of it replays them or diverges: it pays nothing.
+    second = run_unchecked(services, "branch-occurrence", _BRANCH_SCRIPT,
+                           {"mode": "hostile", **prompts}, envelope)
+    new = _paid(services, "branch-occurrence") - paid
+    assert second["calls"]["executed"] == 0 and new == 0, (
+        f"revision 2 paid {new} provider calls at identities its script cannot reach "
+        f"(status {second['status']}, identities {second['identities']})")
