@@ -3,12 +3,13 @@
 A sandbox that ignores the checker may name any fanout path; each new path is a new
 identity, and a new identity is a new payment. The host admits a frame only at a path
 the admitted script can give that site: as long as the site's static fanout nesting
-(``Site.paths``, built from the host's own annotation), each index below the width of
-the fanout that encloses the site there. A ctx.race replayed from the committed prefix
-runs its winner at the branch index committed for it, which an earlier revision's wider
-race may have given: that index is admitted too, for that race only. A site whose paths
-have no static shape (``Site.paths`` is None) is bounded by its call count
-(``Site.max_calls``) and the envelope's budget alone.
+(``Site.paths``, built from the host's own annotation), at each fanout the position of
+the item written in place that leads to the site, else any index below the fanout's
+width. A ctx.race replayed from the committed prefix runs its winner at the branch index
+committed for it, which an earlier revision's race (wider, or ordered otherwise) may have
+given: that index is admitted too, for that race only. A site whose paths have no static
+shape (``Site.paths`` is None) is bounded by its call count (``Site.max_calls``) and the
+envelope's budget alone.
 """
 
 from __future__ import annotations

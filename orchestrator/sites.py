@@ -33,7 +33,7 @@ from typing import Any, Protocol, TypeGuard
 from broker.errors import AnnotationError
 from broker.identity import sha256_hex
 from broker.prefix import RACE
-from orchestrator.site_paths import TOP, Shape, Shapes, from_json, frozen, join, merge
+from orchestrator.site_paths import TOP, Link, Shape, Shapes, from_json, frozen, join, merge
 from orchestrator.site_program import Function, LocalCall, LocalSites, Program
 from sandbox.language import LIMITS
 
@@ -42,9 +42,6 @@ AT_FUNCTION = "__at__"  # the host's call-site tag around a helper call
 FN_FUNCTION = "__fn__"  # ... and around a helper handed over as a value
 ENTRY = "orchestrate"
 MAX_SITES = 10_000
-# The fanouts of its function an awaitable runs inside, as (width, ctx.race call or None)
-# per fanout, outermost first, one tuple per alternative; None: not known statically.
-Link = frozenset[tuple[tuple[int | None, Any], ...]] | None
 
 
 @dataclass(frozen=True)

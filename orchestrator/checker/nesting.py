@@ -9,8 +9,10 @@ deeper. ``Nesting.of(node)`` answers, for a capability call, a helper call or a 
 call, the fanouts of its own function it ends up inside, following it through one local
 name (``c = helper(); await c``) or one local list (``tasks.append(helper()); await
 ctx.parallel(tasks)``), as a set of alternatives ("shapes"): each shape one
-``(width, race)`` per fanout, outermost first, ``width`` the static bound of the branch
-list (None when it has none) and ``race`` the ``ctx.race`` call for a race.
+``(width, race, item)`` per fanout, outermost first, ``width`` the static bound of the
+branch list (None when it has none), ``race`` the ``ctx.race`` call for a race, and
+``item`` the one branch index of an item written in place in the fanout's own list
+without a ``*`` item (None: any index below the width).
 
 None means the awaitable goes somewhere this analysis does not follow (returned, passed
 to a function, stored in a dict, read from a closure): then nothing is claimed and the
@@ -29,7 +31,7 @@ from orchestrator.site_paths import capped
 from .bounds import Bounds
 from .scope import Scope, ScriptModel
 
-Branch = tuple[int | None, ast.Call | None]  # (width, the ctx.race call or None)
+Branch = tuple[int | None, ast.Call | None, int | None]  # (width, ctx.race call, item)
 Shapes = frozenset[tuple[Branch, ...]]
 
 _MAX_HOPS = 24  # fanouts and names followed for one awaitable
@@ -62,9 +64,10 @@ class Nesting:
         if isinstance(parent, ast.IfExp) and node is not parent.test:
             return self.of(parent, hops + 1)
         if isinstance(parent, ast.List | ast.Tuple) and isinstance(parent.ctx, ast.Load):
-            width = None if any(isinstance(e, ast.Starred) for e in parent.elts) \
-                else len(parent.elts)
-            return self._held(parent, width, hops)
+            if any(isinstance(e, ast.Starred) for e in parent.elts):
+                return self._held(parent, None, hops)
+            index = next(i for i, e in enumerate(parent.elts) if e is node)
+            return self._held(parent, len(parent.elts), hops, index)
         if isinstance(parent, ast.ListComp) and parent.elt is node:
             return self._held(parent, self.bounds.length(parent), hops)
         if isinstance(parent, ast.Call) and _adds(parent, node):
@@ -102,11 +105,14 @@ class Nesting:
 
     # ---- where a holder goes --------------------------------------------------------
 
-    def _held(self, holder: ast.expr, width: int | None, hops: int) -> Shapes | None:
-        """An awaitable is an item of ``holder`` (a list display or comprehension)."""
+    def _held(self, holder: ast.expr, width: int | None, hops: int,
+              index: int | None = None) -> Shapes | None:
+        """An awaitable is an item of ``holder`` (a list display or comprehension), at
+        ``index`` of a display: its branch index when the display is the fanout's list
+        itself (a list put in a variable may be grown in front of it)."""
         user = self.m.parent(holder)
         if self._fanout(user, holder, _LISTED):
-            return self._inside(user, width, hops)
+            return self._inside(user, width, hops, index)
         if isinstance(user, ast.Assign) and user.value is holder:
             target = _single_name(user.targets)
         elif isinstance(user, ast.AugAssign) and user.value is holder and isinstance(
@@ -119,13 +125,14 @@ class Nesting:
             target = None
         return None if target is None else self._list(target, hops)
 
-    def _inside(self, fanout: ast.Call, width: int | None, hops: int) -> Shapes | None:
+    def _inside(self, fanout: ast.Call, width: int | None, hops: int,
+                index: int | None = None) -> Shapes | None:
         outer = self.of(fanout, hops + 1)
         if outer is None:
             return None
         race = fanout if isinstance(fanout.func, ast.Attribute) and \
             fanout.func.attr == "race" else None
-        return capped((*shape, (width, race)) for shape in outer)
+        return capped((*shape, (width, race, index)) for shape in outer)
 
     def _list(self, name: ast.Name, hops: int) -> Shapes | None:
         """Items put into the local list ``name``: the fanouts the list is given to. The

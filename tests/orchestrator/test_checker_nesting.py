@@ -32,7 +32,12 @@ async def gen(ctx, s):
     ('return await ctx.parallel([gen(ctx, s) for s in args["x"][:4]])\n',
      "orchestrate/#0>gen/#0", ((B(4),),)),
     ('return await ctx.parallel([gen(ctx, "a"), gen(ctx, "b"), gen(ctx, "c")])\n',
-     "orchestrate/#1>gen/#0", ((B(3),),)),
+     "orchestrate/#1>gen/#0", ((B(3, None, 1),),)),
+    # a list with a * item, or one put in a variable first: any index below the width
+    ('return await ctx.parallel([*[gen(ctx, s) for s in args["x"][:2]], gen(ctx, "c")])\n',
+     "orchestrate/#1>gen/#0", ((B(None),),)),
+    ('tasks = [gen(ctx, "a"), gen(ctx, "b")]\nreturn await ctx.parallel(tasks)\n',
+     "orchestrate/#1>gen/#0", ((B(2),),)),
     ('''tasks = []
 for s in args["x"][:6]:
     tasks.append(gen(ctx, s))
@@ -45,7 +50,9 @@ return await ctx.parallel(tasks)
 ''', "orchestrate/#1>gen/#0", ((B(3),),)),
     ('c = gen(ctx, "a")\nreturn await c\n', "orchestrate/#0>gen/#0", ((),)),
     ('c = gen(ctx, "a")\nreturn await ctx.parallel([c, gen(ctx, "b")])\n',
-     "orchestrate/#0>gen/#0", ((B(2),),)),
+     "orchestrate/#0>gen/#0", ((B(2, None, 0),),)),
+    ('return await ctx.parallel([gen(ctx, "a") if args else gen(ctx, "b"), gen(ctx, "c")])\n',
+     "orchestrate/#1>gen/#0", ((B(2, None, 0),),)),
     ('return await (gen(ctx, "a") if args else gen(ctx, "b"))\n', "orchestrate/#1>gen/#0",
      ((),)),
     ('''return await ctx.parallel([ctx.parallel([gen(ctx, f"{i}{j}") for j in range(3)])
@@ -85,7 +92,7 @@ first = await ctx.pipeline([plan, draw, plan], None)
 return await ctx.parallel([ctx.dag({"a": (draw, []), "b": (draw, ["a"])})])
 ''')
     assert found["orchestrate.plan/#0"] == ((B(3),),)
-    assert set(found["orchestrate.draw/#0"]) == {(B(3),), (B(1), B(2))}
+    assert set(found["orchestrate.draw/#0"]) == {(B(3),), (B(1, None, 0), B(2))}
 
 
 @pytest.mark.parametrize("body", [
@@ -133,3 +140,16 @@ def test_fits_and_describe() -> None:
     assert not fits(shape, [0], raced) and not fits(shape, [0, 0, 0], raced)
     assert fits((B(None),), [999_999], raced)
     assert describe((shape, ())) == "[<4][<2] or []"
+
+
+def test_a_literal_item_fits_its_own_index_only() -> None:
+    """An item written in place runs at its own index; a replayed race's winner at the
+    index committed for it."""
+    def raced(site: str) -> frozenset[int]:
+        return frozenset({3}) if site == "orchestrate/#0" else frozenset()
+
+    assert fits((B(2, None, 1),), [1], raced)
+    assert not fits((B(2, None, 1),), [0], raced)
+    assert fits((B(2, "orchestrate/#0", 0),), [3], raced)
+    assert not fits((B(2, "orchestrate/#0", 0),), [1], raced)
+    assert describe(((B(4), B(2, None, 1)),)) == "[<4][1]"

@@ -1,7 +1,8 @@
 """The host admits a frame only at a fanout path the admitted script can give its site
-(``orchestrator.frames``): each index below the width of the fanout around it there, as
-many indices as fanouts; a replayed race's committed branch index whatever the race's
-width now. A legitimate repair that narrows a race still replays its winner."""
+(``orchestrator.frames``): each index below the width of the fanout around it there (an
+item written in place: its own index), as many indices as fanouts; a replayed race's
+committed branch index whatever the race's width now. A legitimate repair that narrows a
+race still replays its winner."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def _paths(*slots: SlotRecord) -> ReachablePaths:
 
 
 @pytest.mark.parametrize(("site", "path"), [
-    (PLAN, []), (INNER, [0, 0]), (INNER, [1, 2]), (BRANCH, [1])])
+    (PLAN, []), (INNER, [0, 0]), (INNER, [1, 2]), (BRANCH, [0])])
 def test_paths_the_script_reaches_are_admitted(site, path) -> None:
     _paths().check(site, path)
 
@@ -60,6 +61,7 @@ def test_paths_the_script_reaches_are_admitted(site, path) -> None:
     (INNER, [0], "shorter than the fanouts around it"),
     (INNER, [0, 0, 0], "longer than the fanouts around it"),
     (BRANCH, [2], "past the race's width, nothing committed there"),
+    (BRANCH, [1], "the other literal item's index"),
 ])
 def test_paths_it_cannot_reach_stop_the_run(site, path, why) -> None:
     with pytest.raises(SandboxProtocolError, match="cannot reach") as caught:
