@@ -567,6 +567,13 @@ class Session:
             if occurrence != expected:
                 raise SandboxProtocolError(f"occurrence {occurrence} at {site} path {path}; "
                                            f"the host expects {expected}", site=site)
+            per_path = self.whitelist[site].branch_calls
+            if per_path is not None and occurrence >= per_path:
+                raise SandboxProtocolError(
+                    f"call {occurrence + 1} at {site} path {path}: the admitted script can "
+                    f"make at most {per_path} there at one fanout path (the loops inside "
+                    "one branch); the sandbox named identities the script cannot reach",
+                    site=site)
             self._state.expected[key] = expected + 1
             own = self._own.get(site)
             if own is not None and self._identity(site, path, occurrence) in own:

@@ -63,6 +63,10 @@ class Site:
     # How many calls the script can make here in one revision (the product of the
     # static loop bounds along the chain); None when that has no static bound.
     max_calls: int | None = None
+    # ... and how many of them at one fanout path: what one branch of the innermost
+    # fanout makes each time that fanout runs (the comprehension that builds a fanout's
+    # items makes branches, not calls in one); None when that has no static bound.
+    branch_calls: int | None = None
     # The fanout paths the script can make them at (orchestrator.site_paths); None when
     # they have no static shape.
     paths: tuple[Shape, ...] | None = None
@@ -187,6 +191,14 @@ class StaticBounds(Protocol):
         """How many times such a helper can run per run of the function handing it."""
         ...
 
+    def branch_executions(self, node: ast.AST) -> int | None:
+        """How many of ``executions(node)`` can be at one path of its function's fanouts."""
+        ...
+
+    def handed_branch_runs(self, name: ast.Name) -> int | None:
+        """How many of ``handed_runs(name)`` can be at one fanout path."""
+        ...
+
 
 class _Unbounded:
     def executions(self, node: ast.AST) -> int | None:
@@ -201,6 +213,12 @@ class _Unbounded:
     def handed_runs(self, name: ast.Name) -> int | None:
         return None
 
+    def branch_executions(self, node: ast.AST) -> int | None:
+        return None
+
+    def handed_branch_runs(self, name: ast.Name) -> int | None:
+        return None
+
 
 def site_table(tree: ast.Module, bounds: StaticBounds | None = None) -> SiteTable:
     """Sites of a parsed script (``__at__`` tags, if any, are unwrapped first).
@@ -212,7 +230,7 @@ def site_table(tree: ast.Module, bounds: StaticBounds | None = None) -> SiteTabl
     sites: dict[str, Site] = {}
     walk = _Chains(program, local, bounds or _Unbounded(), sites)
     for root in [f for f in program.functions if f.qualname == ENTRY]:
-        walk.function(root, _Way((), (), None, 1, TOP), [])
+        walk.function(root, _Way((), (), None, 1, 1, TOP), [])
     return SiteTable(tuple(sites.values()), local.calls, _handed(program, local))
 
 
@@ -229,13 +247,15 @@ def _handed(program: Program, local: LocalSites) -> frozenset[int]:
 @dataclass(frozen=True)
 class _Way:
     """How the walk reached a function: the chain of call sites into it, their argument
-    fingerprints, the line of its first call, how often it can run (None: unbounded) and
-    the fanout paths it runs at (None: no static shape)."""
+    fingerprints, the line of its first call, how often it can run in all and at one
+    fanout path (None: unbounded) and the fanout paths it runs at (None: no static
+    shape)."""
 
     chain: tuple[str, ...]
     chain_fps: tuple[str, ...]
     entry_line: int | None
     bound: int | None
+    per_path: int | None
     paths: Shapes | None
 
 
@@ -253,7 +273,8 @@ class _Chains:
         calls = self.local.by_function.get(id(function.node), [])
         for call in calls:
             here = self._step(way, call.node, self.bounds.nesting(call.node),
-                              self.bounds.executions(call.node))
+                              self.bounds.executions(call.node),
+                              self.bounds.branch_executions(call.node))
             if not call.helpers:
                 self._add(call, here)
                 continue
@@ -270,19 +291,21 @@ class _Chains:
             for target in targets:
                 if self.program.is_effectful(target):
                     handed = self._step(way, name, self.bounds.handed(name),
-                                        self.bounds.handed_runs(name))
+                                        self.bounds.handed_runs(name),
+                                        self.bounds.handed_branch_runs(name))
                     self.function(target, replace(handed, entry_line=way.entry_line), stack)
         stack.pop()
 
-    def _step(self, way: _Way, node: ast.AST, link: Link, runs: int | None) -> _Way:
+    def _step(self, way: _Way, node: ast.AST, link: Link, runs: int | None,
+              branch_runs: int | None) -> _Way:
         """The way one call (or handed name) in the function reached by ``way`` goes on."""
         def race_site(race: ast.Call) -> str | None:
             counted = self.local.calls.get(id(race))
             return None if counted is None else ">".join((*way.chain, counted.local))
 
         line = way.entry_line if way.entry_line is not None else getattr(node, "lineno", 0)
-        bound = None if way.bound is None or runs is None else way.bound * runs
-        return replace(way, entry_line=line, bound=bound,
+        return replace(way, entry_line=line, bound=_times(way.bound, runs),
+                       per_path=_times(way.per_path, branch_runs),
                        paths=join(way.paths, link, race_site))
 
     def _add(self, call: LocalCall, way: _Way) -> None:
@@ -294,21 +317,30 @@ class _Chains:
                                   f"of helper calls longer than {LIMITS['site_chars']} "
                                   "characters (site_chars); call it from fewer nested helpers",
                                   line=node.lineno)
-        bound, paths = way.bound, way.paths
+        bound, per_path, paths = way.bound, way.per_path, way.paths
         seen = self.out.get(name)
         if seen is not None:  # reached on two ways: both count
-            bound = None if bound is None or seen.max_calls is None else \
-                bound + seen.max_calls
+            bound = _plus(bound, seen.max_calls)
+            per_path = _plus(per_path, seen.branch_calls)
             paths = merge(paths, None if seen.paths is None else frozenset(seen.paths))
         self.out[name] = Site(
             site=name, capability=capability_of(node), fingerprint=own,
             chain_fingerprint=sha256_hex("|".join((*way.chain_fps, own))),
             line=node.lineno, col=node.col_offset, end_line=node.end_lineno or node.lineno,
             end_col=node.end_col_offset or 0, entry_line=way.entry_line or node.lineno,
-            take=_literal_take(node), max_calls=bound, paths=frozen(paths))
+            take=_literal_take(node), max_calls=bound, branch_calls=per_path,
+            paths=frozen(paths))
         if len(self.out) > MAX_SITES:
             raise AnnotationError(f"the script reaches more than {MAX_SITES} call sites "
                                   "through its helpers; call fewer helpers from fewer places")
+
+
+def _times(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a * b
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    return None if a is None or b is None else a + b
 
 
 def _literal_take(node: ast.Call) -> int | None:

@@ -78,6 +78,19 @@ class Nesting:
             return None if target is None else self._name(target, hops)
         return None
 
+    def item_of(self, node: ast.AST) -> ast.Call | None:
+        """The ``ctx.parallel`` / ``ctx.race`` whose list, written in place, holds the
+        awaitable ``node`` as an item (a display's or a comprehension's): each run of that
+        fanout runs ``node`` at most once in each of its branches."""
+        parent = self.m.parent(node)
+        while isinstance(parent, ast.IfExp) and node is not parent.test:
+            node, parent = parent, self.m.parent(parent)
+        if not ((isinstance(parent, ast.List | ast.Tuple) and isinstance(parent.ctx, ast.Load))
+                or (isinstance(parent, ast.ListComp) and parent.elt is node)):
+            return None
+        user = self.m.parent(parent)
+        return user if self._fanout(user, parent, _LISTED) else None
+
     def of_handed(self, name: ast.Name) -> Shapes | None:
         """A helper handed over by name runs one index deeper than the fanout it is
         handed to (``handed_to``)."""

@@ -7,8 +7,12 @@ the product, along the site's chain, of how often each call on it can run in its
 function (the static bounds of the loops and comprehensions around it, the same ones
 rule R03 checks), and only at fanout paths the script can give it: along the chain, the
 fanouts each call runs inside (``nesting.py``), each index below the fanout's static
-width. A sandbox that ignores the checker and invents fanout paths or occurrences gets
-no more identities, and no more payments, than that.
+width (the one index of an item written in place in the fanout's list); and at one
+fanout path at most the product, along the chain, of how often each call can run at one
+path of its function's fanouts (an item of a list given in place to ``ctx.parallel`` /
+``ctx.race`` runs in its own branch each time that fanout runs, however many items a
+comprehension makes). A sandbox that ignores the checker and invents fanout paths or
+occurrences gets no more identities, and no more payments, than that.
 
 None means unknown (a ``while`` loop, an unbounded iterable, a call inside a lambda, an
 awaitable handed somewhere the analysis does not follow): such a site keeps no bound
@@ -31,10 +35,11 @@ Executions = Callable[[ast.AST], int | None]
 
 class Reach:
     """``executions(call)``: how many times ``call`` can run per run of the function that
-    holds it; ``nesting(node)``: the fanouts of its function an awaitable runs inside;
-    ``handed(name)`` and ``handed_runs(name)``: the same for a helper handed over as a
-    value (a ctx.pipeline stage, a ctx.dag node). Each None when that has no static
-    answer."""
+    holds it; ``branch_executions(call)``: how many of those at one fanout path;
+    ``nesting(node)``: the fanouts of its function an awaitable runs inside;
+    ``handed(name)``, ``handed_runs(name)`` and ``handed_branch_runs(name)``: the same
+    for a helper handed over as a value (a ctx.pipeline stage, a ctx.dag node). Each None
+    when that has no static answer."""
 
     def __init__(self, tree: ast.Module) -> None:
         try:
@@ -47,8 +52,11 @@ class Reach:
         self._nesting = Nesting(model, self._bounds)
 
     def executions(self, node: ast.AST) -> int | None:
-        model = self._model
-        return None if model is None else self._ask(lambda: _count(model, self._bounds, node))
+        return self._ask(lambda: self._all(node))
+
+    def branch_executions(self, node: ast.AST) -> int | None:
+        """How many of those runs can be at one path of the fanouts of its function."""
+        return self._ask(lambda: self._per_branch(node))
 
     def nesting(self, node: ast.AST) -> Shapes | None:
         return self._ask(lambda: self._nesting.of(node))
@@ -60,12 +68,28 @@ class Reach:
         """How many times a helper handed over as a value, by this name, can run per run
         of the function that hands it: the stage or node this name is runs once each time
         the fanout it is handed to runs."""
-        model = self._model
-        return None if model is None else self._ask(lambda: self._handed_runs(model, name))
+        return self._ask(lambda: self._handed_runs(name, self._all))
 
-    def _handed_runs(self, model: ScriptModel, name: ast.Name) -> int | None:
+    def handed_branch_runs(self, name: ast.Name) -> int | None:
+        """How many of those runs can be at one fanout path (a stage or node runs at its
+        own index of the fanout)."""
+        return self._ask(lambda: self._handed_runs(name, self._per_branch))
+
+    def _all(self, node: ast.AST) -> int | None:
+        assert self._model is not None
+        return _count(self._model, self._bounds, node)
+
+    def _per_branch(self, node: ast.AST) -> int | None:
+        # An item of a fanout's list written in place runs in a branch of its own each
+        # time that fanout runs: at one path it runs as often as the fanout does, however
+        # many items a comprehension makes.
+        while (fanout := self._nesting.item_of(node)) is not None:
+            node = fanout
+        return self._all(node)
+
+    def _handed_runs(self, name: ast.Name, count: Executions) -> int | None:
         found = self._nesting.handed_to(name)
-        return None if found is None else _count(model, self._bounds, found[0])
+        return None if found is None else count(found[0])
 
     def _ask(self, question: Callable[[], Any]) -> Any:
         if self._model is None:

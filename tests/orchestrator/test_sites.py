@@ -222,6 +222,49 @@ async def orchestrate(ctx, args):
     }
 
 
+def test_a_site_bounds_the_calls_at_one_fanout_path_by_one_branch() -> None:
+    """``Site.branch_calls``: how many calls at one fanout path, the calls one branch of
+    the innermost fanout makes each time it runs (a comprehension's loop makes branches,
+    not calls in one of them)."""
+    from orchestrator.annotate import annotate
+
+    source = '''
+async def orchestrate(ctx, args):
+    async def gen(prompt):
+        return await ctx.run("image.generate", {"prompt": prompt})
+
+    async def row(i):
+        for k in range(2):
+            await gen(str(k))
+
+    once = await ctx.run("image.generate", {"prompt": "x"})
+    shots = await ctx.parallel([gen(p) for p in args["prompts"][:8]])
+    rows = await ctx.parallel([row(i) for i in range(5)])
+    for k in range(3):
+        await ctx.parallel([gen(p) for p in args["prompts"][:4]])
+    grid = await ctx.parallel([ctx.parallel([gen(f"{i}{j}") for j in range(3)])
+                               for i in range(2)])
+    tasks = [gen(p) for p in args["prompts"][:4]]
+    await ctx.parallel(tasks)
+    await ctx.parallel([ctx.run("text.generate", {"prompt": await gen(p)})
+                        for p in args["prompts"][:4]])
+    return 1
+'''
+    sites = annotate(source).sites
+    assert {s.site: (s.max_calls, s.branch_calls) for s in sites} == {
+        "orchestrate/#0": (1, 1),
+        "orchestrate/#1>orchestrate.gen/#0": (8, 1),
+        "orchestrate/#2>orchestrate.row/for0/#0>orchestrate.gen/#0": (10, 2),
+        "orchestrate/for0/#0>orchestrate.gen/#0": (12, 3),
+        "orchestrate/#3>orchestrate.gen/#0": (6, 1),
+        # a list built in a variable keeps the site's call count
+        "orchestrate/#4>orchestrate.gen/#0": (4, 4),
+        # awaited inside the comprehension: in the task that builds the list
+        "orchestrate/#6>orchestrate.gen/#0": (4, 4),
+        "orchestrate/#5": (4, 1),
+    }, sites
+
+
 def test_a_site_without_a_static_bound_keeps_none() -> None:
     from orchestrator.annotate import annotate
 
@@ -242,6 +285,7 @@ async def orchestrate(ctx, args):
 '''
     bounds = {s.site: s.max_calls for s in annotate(source).sites}
     assert set(bounds.values()) == {None}, bounds
+    assert {s.branch_calls for s in annotate(source).sites} == {None}
 
 
 def test_a_handed_over_helper_runs_once_per_stage_or_node() -> None:
