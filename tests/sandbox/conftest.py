@@ -70,6 +70,20 @@ def sandbox_settings(docker_client, tmp_path_factory) -> Settings:
     return settings
 
 
+@pytest.fixture
+def process_services(tmp_path: Path) -> Any:
+    """Embedded services on a fresh home with the process sandbox."""
+    from orchestrator.embedded import open_services
+    from sandbox.runner import ProcessRunner
+
+    runner = ProcessRunner()
+    runner.check()
+    opened = open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
+                           runner=runner)
+    yield opened
+    opened.close()
+
+
 @pytest.fixture(params=["process", pytest.param("docker", marks=pytest.mark.docker)])
 def embedded_services(request, tmp_path: Path) -> Any:
     """Embedded services on a fresh home, once with each sandbox."""

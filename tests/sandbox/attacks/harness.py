@@ -202,7 +202,7 @@ def _redis_has(key: str) -> bool:
     return False
 
 
-def _provider_calls(services: Any, run_id: str) -> int:
+def provider_calls(services: Any, run_id: str) -> int:
     return sum(entry.get("run_id") == run_id
                for entry in ProviderLog(services.settings.provider_log_path).read())
 
@@ -248,7 +248,7 @@ def judge(attack: Attack, services: Any, run_id: str, report: dict[str, Any],
     left = wait_gone(marker)
     if left:
         problems.append(f"processes left: {left}")
-    calls = _provider_calls(services, run_id)
+    calls = provider_calls(services, run_id)
     if calls > attack.calls:
         problems.append(f"{calls} provider executions, at most {attack.calls} allowed")
     run = services.store.get_run(run_id)

@@ -58,20 +58,6 @@ SHAPES = {
 }
 
 
-@pytest.fixture()
-def services(tmp_path):
-    from broker.settings import SandboxKind, Settings
-    from orchestrator.embedded import open_services
-    from sandbox.runner import ProcessRunner
-
-    runner = ProcessRunner()
-    runner.check()
-    opened = open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
-                           runner=runner)
-    yield opened
-    opened.close()
-
-
 def _run(services, run_id: str, text: str) -> dict:
     envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=30))
     args = {"x": True, "prompts": ["p", "q", "r", "s"]}
@@ -79,27 +65,27 @@ def _run(services, run_id: str, text: str) -> dict:
 
 
 @pytest.mark.parametrize("shape", SHAPES)
-def test_an_honest_shape_runs_and_replays(services, shape: str) -> None:
+def test_an_honest_shape_runs_and_replays(process_services, shape: str) -> None:
     text, calls = SHAPES[shape]
-    first = _run(services, shape, text)
+    first = _run(process_services, shape, text)
     assert first["status"] == "succeeded", first["error"]
     assert first["calls"]["executed"] == calls
-    again = _run(services, shape, text)
+    again = _run(process_services, shape, text)
     assert again["status"] == "succeeded", again["error"]
     replayed = [i for i in again["identities"]
                 if i["outcome"] == "replayed" and i["capability"] != "ctx.race"]
     assert again["calls"]["executed"] == 0 and len(replayed) == calls
 
 
-def test_a_replayed_race_runs_its_winner_at_the_committed_index(services) -> None:
+def test_a_replayed_race_runs_its_winner_at_the_committed_index(process_services) -> None:
     """Revision 1's race won at index 0; revision 2 puts that call second in the race's
     literal list, and the runtime replays it at index 0, not at its own index 1."""
-    first = _run(services, "race-index", _script('''
+    first = _run(process_services, "race-index", _script('''
         won = await ctx.race([ctx.run("text.generate", {"prompt": "a"})])
         return won["text"]
         '''))
     assert first["status"] == "succeeded", first["error"]
-    second = _run(services, "race-index", _script('''
+    second = _run(process_services, "race-index", _script('''
         won = await ctx.race([ctx.run("text.generate", {"prompt": "b"}),
                               ctx.run("text.generate", {"prompt": "a"})])
         return won["text"]

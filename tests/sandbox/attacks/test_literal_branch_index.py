@@ -4,13 +4,10 @@ calls are all committed it buys new paid identities the admitted script cannot r
 
 from __future__ import annotations
 
-import pytest
-
 from broker.envelope import Envelope, SandboxLimits
-from broker.providers import ProviderLog
 
 from .corpus import script
-from .harness import run_unchecked
+from .harness import provider_calls, run_unchecked
 
 # Under "honest" the script is an ordinary fanout of two literal calls: the first is
 # always branch 0, the second always branch 1. Under "hostile" it speaks the channel
@@ -31,36 +28,19 @@ return [a.get("ok") for a in answers]
 ''')
 
 
-@pytest.fixture()
-def services(tmp_path):
-    from broker.settings import SandboxKind, Settings
-    from orchestrator.embedded import open_services
-    from sandbox.runner import ProcessRunner
-
-    runner = ProcessRunner()
-    runner.check()
-    opened = open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
-                           runner=runner)
-    yield opened
-    opened.close()
-
-
-def _paid(services, run_id: str) -> int:
-    return sum(entry.get("run_id") == run_id for entry in
-               ProviderLog(services.settings.provider_log_path).read())
-
-
-def test_a_committed_literal_fanout_buys_nothing_at_another_branch_index(services) -> None:
+def test_a_committed_literal_fanout_buys_nothing_at_another_branch_index(process_services) -> None:
     envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=20))
-    first = run_unchecked(services, "literal-index", _SCRIPT, {"mode": "honest"}, envelope)
+    first = run_unchecked(process_services, "literal-index", _SCRIPT,
+                          {"mode": "honest"}, envelope)
     assert first["status"] == "succeeded", first["error"]
     assert first["calls"]["executed"] == 2
-    paid = _paid(services, "literal-index")
+    paid = provider_calls(process_services, "literal-index")
     # Revision 2 of the same admitted script: both of its identities, (#0, [0], 0) and
     # (#1, [1], 0), are committed, so it can only replay them (or diverge and stop): an
     # honest run of it pays nothing. The hostile sandbox asks for #0 at [1] and #1 at [0].
-    second = run_unchecked(services, "literal-index", _SCRIPT, {"mode": "hostile"}, envelope)
-    new = _paid(services, "literal-index") - paid
+    second = run_unchecked(process_services, "literal-index",
+                           _SCRIPT, {"mode": "hostile"}, envelope)
+    new = provider_calls(process_services, "literal-index") - paid
     assert second["calls"]["executed"] == 0 and new == 0, (
         f"revision 2 paid {new} provider calls at identities its script cannot reach "
         f"(status {second['status']}, identities {second['identities']})")
@@ -88,19 +68,19 @@ return [a.get("ok") for a in answers]
 ''')
 
 
-def test_a_committed_comprehension_buys_nothing_at_a_second_occurrence(services) -> None:
+def test_a_committed_comprehension_buys_nothing_at_a_second_occurrence(process_services) -> None:
     envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=20))
     prompts = {"prompts": ["a", "b", "c", "d"]}
-    first = run_unchecked(services, "branch-occurrence", _BRANCH_SCRIPT,
+    first = run_unchecked(process_services, "branch-occurrence", _BRANCH_SCRIPT,
                           {"mode": "honest", **prompts}, envelope)
     assert first["status"] == "succeeded", first["error"]
     assert first["calls"]["executed"] == 4
-    paid = _paid(services, "branch-occurrence")
+    paid = provider_calls(process_services, "branch-occurrence")
     # Revision 2 of the same script: its identities (#0, [i], 0) for i < 4 are all
     # committed, so an honest run of it replays them or diverges: it pays nothing.
-    second = run_unchecked(services, "branch-occurrence", _BRANCH_SCRIPT,
+    second = run_unchecked(process_services, "branch-occurrence", _BRANCH_SCRIPT,
                            {"mode": "hostile", **prompts}, envelope)
-    new = _paid(services, "branch-occurrence") - paid
+    new = provider_calls(process_services, "branch-occurrence") - paid
     assert second["calls"]["executed"] == 0 and new == 0, (
         f"revision 2 paid {new} provider calls at identities its script cannot reach "
         f"(status {second['status']}, identities {second['identities']})")

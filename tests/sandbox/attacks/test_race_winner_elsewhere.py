@@ -6,8 +6,6 @@ revision of the script can make again, and every honest revision stops there."""
 
 from __future__ import annotations
 
-import pytest
-
 from broker.envelope import Envelope, SandboxLimits
 
 from .corpus import script
@@ -36,27 +34,15 @@ return "raced"
 ''')
 
 
-@pytest.fixture()
-def services(tmp_path):
-    from broker.settings import SandboxKind, Settings
-    from orchestrator.embedded import open_services
-    from sandbox.runner import ProcessRunner
-
-    runner = ProcessRunner()
-    runner.check()
-    opened = open_services(Settings(home=tmp_path / "home", sandbox=SandboxKind.PROCESS),
-                           runner=runner)
-    yield opened
-    opened.close()
-
-
-def test_a_race_is_never_won_by_a_call_outside_its_branches(services) -> None:
+def test_a_race_is_never_won_by_a_call_outside_its_branches(process_services) -> None:
     envelope = Envelope(sandbox=SandboxLimits(timeout_seconds=20))
-    first = run_unchecked(services, "race-elsewhere", _SCRIPT, {"mode": "hostile"}, envelope)
-    frozen = [s for s in services.store.list_slots("race-elsewhere")
+    first = run_unchecked(process_services, "race-elsewhere",
+                          _SCRIPT, {"mode": "hostile"}, envelope)
+    frozen = [s for s in process_services.store.list_slots("race-elsewhere")
               if s.capability == "ctx.race"]
     # The honest revision of the same script after it must not be stopped at the race.
-    second = run_unchecked(services, "race-elsewhere", _SCRIPT, {"mode": "honest"}, envelope)
+    second = run_unchecked(process_services, "race-elsewhere",
+                           _SCRIPT, {"mode": "honest"}, envelope)
     assert not frozen and second["status"] == "succeeded", (
         f"revision 1 ({first['status']}) froze the race with winner "
         f"{[s.result for s in frozen]}; the honest revision 2 ended {second['status']}: "
