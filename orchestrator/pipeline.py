@@ -294,7 +294,8 @@ class Pipeline:
                            replayed_from=None if c.replayed_from is None
                            else str(c.replayed_from))
             for c in sorted(result.calls, key=lambda c: c.identity)]
-        report.calls, report.spend = self._counts(attempts, revision, result)
+        report.calls = self._counts(attempts, revision, result)
+        report.spend = round(sum(paid.values()), 6)
         run_status = self._status(report, result)
         events: list[tuple[str, str, dict[str, Any] | None]] = [
             ("sandbox_exit", "sandbox finished", {"calls": len(result.calls)})]
@@ -321,22 +322,20 @@ class Pipeline:
 
     @staticmethod
     def _counts(attempts: list[AttemptRecord], revision: int, result: SessionResult
-                ) -> tuple[CallCounts, float]:
+                ) -> CallCounts:
         """From the store's attempts of this revision (every delivery; a claim withdrawn
         before its request left is none) and the session's replays of slots committed by
-        earlier revisions: the provider log agrees. Spend follows the provider's answers:
-        a refusal it does not charge for costs nothing."""
+        earlier revisions: the provider log agrees."""
         sent = [a for a in attempts if not never_sent(a)]
         replayed = sum(1 for c in result.calls if str(c.outcome) == "replayed"
                        and (c.committed_by is None or c.committed_by < revision))
         denied = sum(1 for c in result.calls if str(c.outcome) == "denied")
-        spend = sum(lookup(a.capability).unit_price for a in sent if counts_as_paid(a))
         return CallCounts(
             executed=len(sent),
             succeeded=sum(1 for a in sent if a.status in COMMITTED_ATTEMPT_STATUSES),
             failed=sum(1 for a in sent if a.status is AttemptStatus.FAILED),
             uncertain=sum(1 for a in sent if a.status in RECONCILABLE_ATTEMPT_STATUSES),
-            replayed=replayed, denied=denied), round(spend, 6)
+            replayed=replayed, denied=denied)
 
     def _status(self, report: RunReport, result: SessionResult) -> RunStatus:
         stop, outcome = result.stop, result.outcome
@@ -407,7 +406,8 @@ def _no_violations() -> Any:
 
 def _paid_at(attempts: list[AttemptRecord]) -> dict[Identity, float]:
     """What this revision's attempts at each identity count as paid (the report's spend,
-    identity by identity): a request that left and was never answered (its worker killed
+    identity by identity; it follows the provider's answers: a refusal it does not charge
+    for costs nothing): a request that left and was never answered (its worker killed
     mid-call, the attempt unresolved) is paid until an operator says otherwise, even when
     the call's own report, a stop, carries no cost."""
     paid: dict[Identity, float] = {}
